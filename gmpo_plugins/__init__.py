@@ -1,0 +1,35 @@
+"""gmpo-plugins: GMPO and related policy losses for LLM reinforcement learning, one
+implementation plugged into verl, OpenRLHF and TRL.
+
+    from gmpo_plugins import BatchInfo, LossInputs, get_loss
+
+    out = get_loss("gmpo")(LossInputs(log_probs, old_log_probs, advantages, mask),
+                           BatchInfo(dp_size=1, global_batch_size=64))
+    out.loss.backward(); out.metrics["clip_frac"]
+"""
+
+from gmpo_plugins.core.hookspecs import hookimpl
+from gmpo_plugins.core.registry import (
+    LossNameCollisionError,
+    PluginLoadWarning,
+    UnknownLossError,
+    get_loss,
+    list_losses,
+)
+from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchInfo",
+    "LossInputs",
+    "LossNameCollisionError",
+    "LossOutput",
+    "LossSpec",
+    "PluginLoadWarning",
+    "UnknownLossError",
+    "get_loss",
+    "hookimpl",
+    "list_losses",
+]

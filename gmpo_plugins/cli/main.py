@@ -1,0 +1,37 @@
+"""Argument parsing and dispatch for ``gmpo-plugins``.
+
+Usage errors print one line and exit with status 2 (argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from gmpo_plugins.cli import list_cmd
+
+
+class UsageError(Exception):
+    """A bad command-line value: reported in one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gmpo-plugins", description="GMPO-family policy losses for LLM RL.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    list_cmd.add_parser(commands)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(f"gmpo-plugins {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

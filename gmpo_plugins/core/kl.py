@@ -1,0 +1,49 @@
+"""KL-divergence estimators between the current and a reference policy, per token.
+
+With ``d = ref_log_probs - log_probs`` (B, T):
+
+    k1 = -d                    unbiased, high variance
+    k2 = d^2 / 2
+    k3 = exp(d) - d - 1        unbiased, non-negative (Schulman's "low variance" estimator)
+
+``d`` is clamped to +-20 before ``exp`` so the estimate stays finite for any finite input.
+"""
+
+from __future__ import annotations
+
+import torch
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+_EXP_GUARD = 20.0
+
+
+def kl_per_token(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL estimate (B, T), differentiable w.r.t. ``log_probs``."""
+    d = ref_log_probs - log_probs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        d = d.clamp(-_EXP_GUARD, _EXP_GUARD)
+        return torch.exp(d) - d - 1.0
+    raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
+
+
+def reference_kl(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor | None,
+    *,
+    beta: float,
+    estimator: str,
+    loss_name: str,
+) -> torch.Tensor | None:
+    """Per-token KL (B, T) when a reference is given, None otherwise.
+
+    Raises ValueError when ``beta > 0`` asks for a KL term but ``ref_log_probs`` is missing.
+    """
+    if ref_log_probs is None:
+        if beta > 0:
+            raise ValueError(f"{loss_name}: ref_log_probs is required when kl_beta > 0 (got kl_beta={beta})")
+        return None
+    return kl_per_token(log_probs, ref_log_probs, estimator)

@@ -1,0 +1,63 @@
+"""GSPO (Group Sequence Policy Optimization, arXiv 2507.18071): a sequence-level ratio,
+clipped in ratio space.
+
+For sequence i with valid tokens t and sequence advantage A_i:
+
+    s_i = exp(sum_t clamp(r_t, -R, R) / |o_i|)            r_t = log pi_theta - log pi_old
+    L_i = max(-A_i * s_i, -A_i * clamp(s_i, 1 - eps_low, 1 + eps_high)) * rho_i
+          + beta * mean_t KL_t
+
+Defaults eps_low = 3e-4, eps_high = 4e-4 (the GSPO paper's). The micro-batch loss is
+``sum_i L_i / N * dp_size``. Where unclipped, each valid token gets gradient
+``-A_i * s_i * rho_i / |o_i|``. Unlike GMPO the clip is on the whole sequence: one token
+outside the band does not stop the others.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gmpo_plugins.core.losses.finish import finish_sequence_loss
+from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+
+def gspo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+) -> LossOutput:
+    """Sequence-level clipped ratio (module docstring)."""
+    p = prepare(inputs, sequence_level=True)
+    r = p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound)
+    ratio = torch.exp(r.sum(-1) / p.lengths.clamp_min(1))
+    advantages = p.advantages
+    pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    high = (advantages > 0) & (ratio > 1.0 + eps_high)
+    low = (advantages < 0) & (ratio < 1.0 - eps_low)
+    return finish_sequence_loss(
+        p,
+        pg,
+        batch,
+        clipped_low=low[:, None] & p.mask,
+        clipped_high=high[:, None] & p.mask,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        loss_name="gspo",
+    )
+
+
+GSPO = LossSpec(
+    name="gspo",
+    fn=gspo_loss,
+    description="GSPO: sequence-level geometric-mean ratio, clipped in ratio space",
+    defaults={"eps_low": 3e-4, "eps_high": 4e-4, "kl_beta": 0.0, "kl_estimator": "k3", "log_ratio_bound": 20.0},
+    sequence_level=True,
+    clip_space="ratio",
+)

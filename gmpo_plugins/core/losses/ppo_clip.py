@@ -1,0 +1,128 @@
+"""Arithmetic-mean baselines: token-level PPO clip in ratio space (GRPO, DAPO, Dr.GRPO).
+
+Per valid token t of sequence i, with advantage A_t (a (B,) advantage is broadcast):
+
+    r_t   = clamp(log pi_theta - log pi_old, -R, R)          R = log_ratio_bound
+    rho_t = exp(r_t)
+    l_t   = max(-A_t * rho_t, -A_t * clamp(rho_t, 1 - eps_low, 1 + eps_high))
+    l_t   = min(l_t, -A_t * dual_clip)   if A_t < 0 and dual_clip is set (Ye et al. 2020)
+    l_t  += beta * KL_t                  when ref_log_probs are given
+
+then reduced over the micro-batch by ``reduction`` (see ``reduce.reduce_tokens``):
+``seq-mean-token-mean`` (GRPO), ``token-mean`` (DAPO), ``seq-mean-token-sum-norm``
+(Dr.GRPO, divides each sequence's sum by the constant ``norm_length``, default T).
+Rollout IS weights multiply the policy-gradient part per token.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from gmpo_plugins.core.losses.finish import finish_token_loss
+from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
+from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+
+def clipped_ratio_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: Optional[float],
+    reduction: str,
+    norm_length: Optional[int],
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    loss_name: str = "grpo",
+) -> LossOutput:
+    """Token-level PPO clipped surrogate (module docstring)."""
+    p = prepare(inputs, sequence_level=False)
+    mask, advantages = p.mask, p.advantages
+    ratio = torch.exp(p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    pg = torch.maximum(unclipped, clipped)
+    negative = advantages < 0
+    clipped_high = (advantages > 0) & (ratio > 1.0 + eps_high) & mask
+    clipped_low = negative & (ratio < 1.0 - eps_low) & mask
+    dual_frac = None
+    if dual_clip is not None:
+        cap = -advantages * dual_clip
+        capped = negative & (pg > cap)
+        pg = torch.where(capped, cap, pg)
+        dual_frac = masked_mean((capped & mask).to(pg.dtype), mask).detach()
+    out = finish_token_loss(
+        p,
+        pg,
+        batch,
+        reduction=reduction,
+        norm_length=norm_length,
+        clipped_low=clipped_low,
+        clipped_high=clipped_high,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        loss_name=loss_name,
+    )
+    if dual_frac is not None:
+        out.metrics["clip_frac_dual"] = dual_frac
+    return out
+
+
+def grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+    """GRPO (default reduction seq-mean-token-mean)."""
+    return clipped_ratio_loss(inputs, batch, loss_name="grpo", **hparams)
+
+
+def dapo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+    """DAPO: token-mean, clip-higher (eps_high 0.28)."""
+    return clipped_ratio_loss(inputs, batch, loss_name="dapo", **hparams)
+
+
+def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+    """Dr.GRPO: per-sequence token sum over a constant length."""
+    return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
+
+
+def _defaults(reduction: str, eps_high: float) -> dict:
+    return {
+        "eps_low": 0.2,
+        "eps_high": eps_high,
+        "dual_clip": None,
+        "reduction": reduction,
+        "norm_length": None,
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "log_ratio_bound": 20.0,
+    }
+
+
+GRPO = LossSpec(
+    name="grpo",
+    fn=grpo_loss,
+    description="GRPO: token-level PPO clip in ratio space, arithmetic mean",
+    defaults=_defaults(SEQ_MEAN_TOKEN_MEAN, 0.2),
+    clip_space="ratio",
+    reductions=REDUCTIONS,
+)
+DAPO = LossSpec(
+    name="dapo",
+    fn=dapo_loss,
+    description="DAPO: grpo with token-mean reduction and clip-higher",
+    defaults=_defaults(TOKEN_MEAN, 0.28),
+    clip_space="ratio",
+    reductions=REDUCTIONS,
+)
+DR_GRPO = LossSpec(
+    name="dr_grpo",
+    fn=dr_grpo_loss,
+    description="Dr.GRPO: grpo with per-sequence token sums over a constant length",
+    defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
+    clip_space="ratio",
+    reductions=REDUCTIONS,
+)

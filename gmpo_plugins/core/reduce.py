@@ -1,0 +1,85 @@
+"""Masked reductions and the batch normalisation shared by every loss.
+
+All functions take a boolean ``mask`` (B, T) and never branch on tensor values, so
+they stay free of host-device synchronisation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gmpo_plugins.core.types import BatchInfo
+
+TOKEN_MEAN = "token-mean"
+SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
+REDUCTIONS = (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``sum(values where mask)``; masked-out entries (even NaN/inf padding) contribute 0."""
+    kept = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``sum(values where mask) / max(1, count(mask))``; 0 where nothing is valid."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(values, mask, dim) / count.clamp_min(1).to(values.dtype)
+
+
+def masked_min(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Minimum over valid entries; 0 when there is none."""
+    inf = torch.full((), float("inf"), dtype=values.dtype, device=values.device)
+    low = torch.where(mask, values, inf).amin()
+    return torch.where(mask.any(), low, torch.zeros_like(low))
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Maximum over valid entries; 0 when there is none."""
+    return -masked_min(-values, mask)
+
+
+def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInfo) -> torch.Tensor:
+    """Micro-batch loss from per-sequence losses.
+
+    seq_loss (B,) float, rows (B,) bool (sequences with at least one valid token).
+
+        loss = sum_i rows_i * L_i / N * dp_size
+
+    with ``N = batch.global_batch_size``, or ``N = count(rows) * dp_size`` when the
+    global count is unknown (a local mean).
+    """
+    total = masked_sum(seq_loss, rows)
+    if batch.global_batch_size is None:
+        return total / rows.sum().clamp_min(1).to(total.dtype)
+    return total * batch.dp_size / batch.global_batch_size
+
+
+def reduce_tokens(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    batch: BatchInfo,
+    reduction: str,
+    norm_length: int | None = None,
+) -> torch.Tensor:
+    """Micro-batch loss from per-token losses (B, T) under one of ``REDUCTIONS``.
+
+    token-mean               sum_{i,t} m l / M * dp_size            (DAPO; M = global tokens)
+    seq-mean-token-mean      sum_i [sum_t m l / |o_i|] / N * dp_size (GRPO)
+    seq-mean-token-sum-norm  sum_i [sum_t m l / L] / N * dp_size     (Dr.GRPO; L = norm_length,
+                                                                      default the padded T)
+    Missing global counts fall back to local means as in ``reduce_sequences``.
+    """
+    if reduction == TOKEN_MEAN:
+        total = masked_sum(token_loss, mask)
+        if batch.global_num_tokens is None:
+            return total / mask.sum().clamp_min(1).to(total.dtype)
+        return total * batch.dp_size / batch.global_num_tokens
+    rows = mask.any(-1)
+    if reduction == SEQ_MEAN_TOKEN_MEAN:
+        return reduce_sequences(masked_mean(token_loss, mask, dim=-1), rows, batch)
+    if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
+        length = mask.shape[-1] if norm_length is None else norm_length
+        return reduce_sequences(masked_sum(token_loss, mask, dim=-1) / length, rows, batch)
+    raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")

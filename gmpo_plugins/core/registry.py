@@ -1,0 +1,153 @@
+"""The loss registry: a pluggy PluginManager fed by the ``gmpo_plugins`` entry points.
+
+- Built-in losses are always registered (they are the plugin ``gmpo-plugins:builtin``).
+- Other distributions are discovered through the entry-point group ``gmpo_plugins``
+  unless ``GMPO_PLUGINS_DISABLE_AUTOLOAD`` is set to a non-empty value other than 0.
+- A plugin that fails to import, or whose hook raises or returns something other than
+  ``LossSpec`` objects, is skipped with a ``PluginLoadWarning``.
+- Two plugins claiming one loss name raise ``LossNameCollisionError`` naming both.
+- An unknown name raises ``UnknownLossError`` listing the valid names and a close match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.metadata
+import os
+import warnings
+from typing import Optional
+
+import pluggy
+
+from gmpo_plugins.core import hookspecs
+from gmpo_plugins.core.spec import LossSpec
+
+DISTRIBUTION = "gmpo-plugins"
+BUILTIN_PLUGIN = f"{DISTRIBUTION}:builtin"
+DISABLE_AUTOLOAD_ENV = "GMPO_PLUGINS_DISABLE_AUTOLOAD"
+
+
+class UnknownLossError(KeyError):
+    """No loss of that name is registered."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0])
+
+
+class LossNameCollisionError(RuntimeError):
+    """Two plugins registered the same loss name."""
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin could not be loaded; the others keep working."""
+
+
+def autoload_enabled() -> bool:
+    """False when GMPO_PLUGINS_DISABLE_AUTOLOAD is set (to anything but '' or '0')."""
+    return os.environ.get(DISABLE_AUTOLOAD_ENV, "") in ("", "0")
+
+
+class LossRegistry:
+    """Losses by name, each tagged with the distribution that provided it."""
+
+    def __init__(self, *, autoload: Optional[bool] = None) -> None:
+        from gmpo_plugins.core import losses
+
+        self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.plugin_manager.add_hookspecs(hookspecs)
+        self._providers: dict[str, str] = {}
+        self._register(losses, BUILTIN_PLUGIN, DISTRIBUTION)
+        if autoload_enabled() if autoload is None else autoload:
+            self._load_entry_points()
+        self._specs = self._collect()
+
+    def _register(self, plugin: object, name: str, distribution: str) -> None:
+        self.plugin_manager.register(plugin, name=name)
+        self._providers[name] = distribution
+
+    def _load_entry_points(self) -> None:
+        for entry_point in importlib.metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+            distribution = entry_point.dist.name if entry_point.dist is not None else "<unknown distribution>"
+            name = f"{distribution}:{entry_point.name}"
+            if self.plugin_manager.has_plugin(name) or self.plugin_manager.is_blocked(name):
+                continue
+            try:
+                self._register(entry_point.load(), name, distribution)
+            except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin
+                warnings.warn(
+                    f"gmpo_plugins: plugin {entry_point.name!r} ({entry_point.value}) from distribution "
+                    f"{distribution!r} failed to load and is skipped: {exc!r}",
+                    PluginLoadWarning,
+                    stacklevel=2,
+                )
+
+    def _collect(self) -> dict[str, LossSpec]:
+        specs: dict[str, LossSpec] = {}
+        for impl in reversed(self.plugin_manager.hook.gmpo_plugins_losses.get_hookimpls()):
+            distribution = self._providers.get(impl.plugin_name, impl.plugin_name)
+            try:
+                provided = list(impl.function())
+                bad = [spec for spec in provided if not isinstance(spec, LossSpec)]
+                if bad:
+                    raise TypeError(f"expected LossSpec objects, got {bad[0]!r}")
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
+                warnings.warn(
+                    f"gmpo_plugins: plugin {impl.plugin_name!r} from distribution {distribution!r} "
+                    f"failed in gmpo_plugins_losses() and is skipped: {exc!r}",
+                    PluginLoadWarning,
+                    stacklevel=2,
+                )
+                continue
+            for spec in provided:
+                if spec.name in specs:
+                    raise LossNameCollisionError(
+                        f"gmpo_plugins: loss {spec.name!r} is registered by both distribution "
+                        f"{specs[spec.name].provider!r} and distribution {distribution!r}; "
+                        "uninstall one, or block a plugin with "
+                        f"{DISABLE_AUTOLOAD_ENV}=1 (built-ins only)"
+                    )
+                specs[spec.name] = dataclasses.replace(spec, provider=distribution)
+        return specs
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self) -> list[LossSpec]:
+        return [self._specs[name] for name in self.names()]
+
+    def get(self, name: str) -> LossSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            pass
+        hint = difflib.get_close_matches(str(name), self.names(), n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise UnknownLossError(f"unknown loss {name!r}{suggestion}; available: {', '.join(self.names())}")
+
+
+_default: Optional[LossRegistry] = None
+
+
+def default_registry() -> LossRegistry:
+    """The process-wide registry, built on first use."""
+    global _default
+    if _default is None:
+        _default = LossRegistry()
+    return _default
+
+
+def reset_default_registry() -> None:
+    """Forget the process-wide registry so the next use rediscovers plugins."""
+    global _default
+    _default = None
+
+
+def get_loss(name: str) -> LossSpec:
+    """The registered loss called ``name``; raises UnknownLossError listing the valid names."""
+    return default_registry().get(name)
+
+
+def list_losses() -> list[LossSpec]:
+    """Every registered loss, sorted by name; ``spec.provider`` names its distribution."""
+    return default_registry().specs()

@@ -1,0 +1,70 @@
+"""The data contract shared by every loss: inputs, batch normalisation context, output.
+
+Shapes (padded layout, B sequences, T response positions):
+
+    log_probs            (B, T) float   current policy log pi_theta(o_t | ...), requires grad
+    old_log_probs        (B, T) float   behaviour policy log-probs (detached)
+    advantages           (B,) or (B, T) float; sequence-level losses need it constant
+                                        over a row's valid tokens
+    mask                 (B, T) bool or 0/1; True where a token is a valid response token
+    ref_log_probs        (B, T) float, optional: reference policy, for a KL penalty
+    rollout_is_weights   (B, T) or (B,) float >= 0, optional: detached importance weights
+                                        correcting rollout-engine vs. trainer mismatch
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import torch
+
+Count = Union[int, torch.Tensor]
+
+
+@dataclass
+class LossInputs:
+    """Tensors one micro-batch feeds to a loss (see the module docstring for shapes)."""
+
+    log_probs: torch.Tensor
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    ref_log_probs: Optional[torch.Tensor] = None
+    rollout_is_weights: Optional[torch.Tensor] = None
+
+
+@dataclass
+class BatchInfo:
+    """How a micro-batch's loss is scaled so that accumulation and data parallelism are exact.
+
+    A micro-batch loss is ``sum(per-unit losses) / global_count * dp_size``: summed over
+    micro-batches and averaged over ``dp_size`` ranks (as DDP/FSDP/DeepSpeed average
+    gradients) it equals the mean over the whole global mini-batch.
+
+    dp_size            number of data-parallel ranks whose gradients are averaged.
+    global_batch_size  sequences in the global mini-batch (all ranks, all micro-batches).
+    global_num_tokens  valid tokens in the global mini-batch.
+
+    When a global count is missing, the micro-batch is taken as an equal shard of the
+    global batch: ``global_count = local_count * dp_size``, i.e. a plain local mean.
+    """
+
+    dp_size: int = 1
+    global_batch_size: Optional[Count] = None
+    global_num_tokens: Optional[Count] = None
+
+
+@dataclass
+class LossOutput:
+    """A scalar loss to back-propagate and detached scalar tensor metrics.
+
+    Metric keys shared by the built-in losses: ``policy_loss`` (the loss without the KL
+    term), ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ppo_kl`` (mean of
+    ``old - new`` log-prob over valid tokens), ``log_ratio_min``, ``log_ratio_max``,
+    ``seq_weight_min``, ``seq_weight_mean``, ``seq_weight_max``, and ``kl`` when a
+    reference policy is given.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)

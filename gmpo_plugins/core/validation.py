@@ -1,0 +1,128 @@
+"""Input checks that turn bad tensors into errors naming the argument.
+
+Checks of shapes, dtypes and devices cost nothing; checks of values (finite, 0/1 mask,
+constant sequence advantages) read tensor contents and therefore synchronise with the
+device. ``LossSpec(..., validate=False)`` skips this module entirely.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from gmpo_plugins.core.types import BatchInfo, LossInputs
+
+_ADVANTAGE_TOLERANCE = 1e-5
+
+
+def _require_tensor(name: str, value: object) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _require_float(name: str, tensor: torch.Tensor) -> None:
+    if not tensor.dtype.is_floating_point:
+        raise TypeError(
+            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64), "
+            f"got {tensor.dtype}"
+        )
+
+
+def _require_shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...], label: str) -> None:
+    if tuple(tensor.shape) != expected:
+        raise ValueError(f"{name}: expected shape {label} = {expected}, got {tuple(tensor.shape)}")
+
+
+def _require_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor) -> None:
+    if tensor.dim() == 1:
+        mask = mask.any(-1)
+    if not bool(torch.where(mask, torch.isfinite(tensor), True).all()):
+        raise ValueError(f"{name}: expected finite values at valid (mask=True) positions, found NaN or inf")
+
+
+def validate_inputs(inputs: LossInputs, *, sequence_level: bool) -> None:
+    """Raise TypeError/ValueError naming the first bad argument of ``inputs``."""
+    log_probs = _require_tensor("log_probs", inputs.log_probs)
+    _require_float("log_probs", log_probs)
+    if log_probs.dim() != 2:
+        raise ValueError(f"log_probs: expected a 2-D tensor (B, T), got shape {tuple(log_probs.shape)}")
+    batch_size, length = log_probs.shape
+    bt = (batch_size, length)
+
+    tensors: dict[str, Optional[torch.Tensor]] = {
+        "old_log_probs": inputs.old_log_probs,
+        "advantages": inputs.advantages,
+        "mask": inputs.mask,
+        "ref_log_probs": inputs.ref_log_probs,
+        "rollout_is_weights": inputs.rollout_is_weights,
+    }
+    for name, value in tensors.items():
+        if value is None and name in ("ref_log_probs", "rollout_is_weights"):
+            continue
+        tensor = _require_tensor(name, value)
+        if tensor.device != log_probs.device:
+            raise ValueError(
+                f"{name}: is on {tensor.device} but log_probs is on {log_probs.device}; "
+                "put all inputs on one device"
+            )
+        if name != "mask":
+            _require_float(name, tensor)
+
+    _require_shape("old_log_probs", inputs.old_log_probs, bt, "(B, T)")
+    _require_shape("mask", inputs.mask, bt, "(B, T)")
+    if inputs.ref_log_probs is not None:
+        _require_shape("ref_log_probs", inputs.ref_log_probs, bt, "(B, T)")
+    for name in ("advantages", "rollout_is_weights"):
+        tensor = tensors[name]
+        if tensor is not None and tuple(tensor.shape) not in ((batch_size,), bt):
+            raise ValueError(
+                f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(tensor.shape)}"
+            )
+
+    mask = inputs.mask
+    if mask.dtype != torch.bool:
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"mask: expected bool or 0/1 values, got other values (dtype {mask.dtype})")
+        mask = mask != 0
+    for name in ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights"):
+        tensor = inputs.log_probs if name == "log_probs" else tensors[name]
+        if tensor is not None:
+            _require_finite(name, tensor, mask)
+    weights = inputs.rollout_is_weights
+    if weights is not None:
+        valid = mask if weights.dim() == 2 else mask.any(-1)
+        if not bool(torch.where(valid, weights >= 0, True).all()):
+            raise ValueError("rollout_is_weights: expected values >= 0 at valid positions")
+
+    advantages = inputs.advantages
+    if sequence_level and advantages.dim() == 2:
+        big = torch.finfo(advantages.dtype).max
+        high = torch.where(mask, advantages, -big).amax(-1)
+        low = torch.where(mask, advantages, big).amin(-1)
+        spread = torch.where(mask.any(-1), high - low, 0)
+        scale = torch.where(mask, advantages.abs(), 0).amax(-1)
+        if bool((spread > _ADVANTAGE_TOLERANCE * (1 + scale)).any()):
+            raise ValueError(
+                "advantages: this loss is sequence-level and needs one advantage per sequence; "
+                "got (B, T) advantages that vary within a sequence's valid tokens "
+                "(pass shape (B,) or a row-constant (B, T))"
+            )
+
+
+def validate_batch_info(batch: BatchInfo) -> None:
+    """Raise ValueError/TypeError naming the bad field of ``batch``."""
+    if not isinstance(batch, BatchInfo):
+        raise TypeError(f"batch: expected gmpo_plugins.BatchInfo, got {type(batch).__name__}")
+    if isinstance(batch.dp_size, bool) or not isinstance(batch.dp_size, int) or batch.dp_size < 1:
+        raise ValueError(f"batch.dp_size: expected an int >= 1, got {batch.dp_size!r}")
+    for name in ("global_batch_size", "global_num_tokens"):
+        value = getattr(batch, name)
+        if value is None:
+            continue
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1 or not bool(value > 0):
+                raise ValueError(f"batch.{name}: expected a positive scalar, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"batch.{name}: expected a positive number or None, got {value!r}")
