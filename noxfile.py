@@ -1,0 +1,24 @@
+"""Test environments: one virtualenv per framework, because their pins conflict
+(verl 0.9 wants transformers < 5.11, OpenRLHF 0.11.2 pins transformers 5.15).
+
+    nox               every session (the README's test command, run by CI)
+    nox -s core       the framework-agnostic core only
+
+torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
+machines; an unpinned torch would pull a multi-GB CUDA build.
+"""
+
+import nox
+
+TORCH = "torch==2.13.0"
+
+nox.options.error_on_missing_interpreters = True
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """Losses, registry, CLI: no framework installed."""
+    session.install(TORCH)
+    session.install("-e", ".[test,report]")
+    session.install("./tests/plugins/example_plugin")
+    session.run("pytest", "tests/core", "tests/cli", *session.posargs)
