@@ -84,7 +84,7 @@ class LossRegistry:
 
     def _collect(self) -> dict[str, LossSpec]:
         specs: dict[str, LossSpec] = {}
-        for impl in reversed(self.plugin_manager.hook.gmpo_plugins_losses.get_hookimpls()):
+        for impl in self.plugin_manager.hook.gmpo_plugins_losses.get_hookimpls():  # registration order
             distribution = self._providers.get(impl.plugin_name, impl.plugin_name)
             try:
                 provided = list(impl.function())
