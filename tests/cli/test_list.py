@@ -1,0 +1,40 @@
+"""``gmpo-plugins list``: table and JSON, through the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from gmpo_plugins.cli import main
+
+BUILTINS = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"}
+
+
+def test_json_lists_every_loss_with_provider_and_defaults(capsys):
+    assert main(["list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert BUILTINS <= set(rows)
+    assert rows["gmpo"]["provider"] == "gmpo-plugins"
+    assert rows["gmpo"]["defaults"]["eps_low"] == 0.4
+    assert rows["gmpo"]["clip_space"] == "log"
+    assert rows["grpo"]["defaults"]["reduction"] == "seq-mean-token-mean"
+    assert rows["example_reinforce"]["provider"] == "gmpo-example-plugin"
+
+
+def test_console_script_prints_a_table():
+    exe = shutil.which("gmpo-plugins")
+    assert exe, "the gmpo-plugins console script is not installed"
+    result = subprocess.run([exe, "list"], capture_output=True, text=True, check=True,
+                            env={"COLUMNS": "200", "PATH": ""})
+    for name in BUILTINS:
+        assert name in result.stdout
+    assert "eps_low=0.4" in result.stdout and "gmpo-plugins" in result.stdout
+
+
+def test_unknown_command_exits_2():
+    with pytest.raises(SystemExit) as info:
+        main(["nope"])
+    assert info.value.code == 2
