@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 
+from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
 from gmpo_plugins.core.prepared import prepare
 from gmpo_plugins.core.spec import LossSpec
@@ -65,8 +66,28 @@ def geometric_mean_loss(
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
     loss_name: str = "gmpo",
+    impl: str = "auto",
 ) -> LossOutput:
-    """The GMPO family in one place; ``clip`` is ``"token"``, ``"sequence"`` or ``"none"``."""
+    """The GMPO family in one place; ``clip`` is ``"token"``, ``"sequence"`` or ``"none"``.
+
+    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
+    path), "torch" and "triton" run ``kernels.fused_geometric_mean_loss``, same numbers.
+    """
+    check_impl(impl)
+    if impl != "eager":
+        return fused_geometric_mean_loss(
+            inputs,
+            batch,
+            clip=clip,
+            normalise=normalise,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            log_ratio_bound=log_ratio_bound,
+            eps_low=eps_low,
+            eps_high=eps_high,
+            loss_name=loss_name,
+            impl=impl,
+        )
     p = prepare(inputs, sequence_level=True)
     mask = p.mask
     bound = log_ratio_bound

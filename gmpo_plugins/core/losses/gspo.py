@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
 from gmpo_plugins.core.prepared import prepare
 from gmpo_plugins.core.spec import LossSpec
@@ -32,8 +33,25 @@ def gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    impl: str = "auto",
 ) -> LossOutput:
-    """Sequence-level clipped ratio (module docstring)."""
+    """Sequence-level clipped ratio (module docstring).
+
+    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
+    path), "torch" and "triton" run ``kernels.fused_gspo_loss``, same numbers.
+    """
+    check_impl(impl)
+    if impl != "eager":
+        return fused_gspo_loss(
+            inputs,
+            batch,
+            eps_low=eps_low,
+            eps_high=eps_high,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            log_ratio_bound=log_ratio_bound,
+            impl=impl,
+        )
     p = prepare(inputs, sequence_level=True)
     r = p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound)
     ratio = torch.exp(r.sum(-1) / p.lengths.clamp_min(1))

@@ -1,0 +1,60 @@
+"""Which backend computes ``clipped_row_sums``.
+
+    impl="auto"    Triton on CUDA tensors of float16/bfloat16/float32 when triton imports,
+                   the torch backend otherwise (CPU, float64, no triton)
+    impl="torch"   the blocked torch backend, any device
+    impl="triton"  the Triton kernels; CUDA, or CPU under TRITON_INTERPRET=1 (tests)
+
+"eager" (the unfused reference formulation) is chosen one level up, by the losses.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from types import ModuleType
+
+import torch
+
+IMPLS = ("auto", "eager", "torch", "triton")
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@functools.lru_cache(maxsize=1)
+def triton_importable() -> bool:
+    """True when the ``triton`` package is installed (it is not imported here)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpreter() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_impl(impl: str) -> None:
+    """Raise ValueError unless ``impl`` is one of IMPLS."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
+
+
+def select_backend(impl: str, tensor: torch.Tensor) -> ModuleType:
+    """The module (``rowsum_torch`` or ``rowsum_triton``) that runs ``impl`` on ``tensor``."""
+    check_impl(impl)
+    if impl == "auto":
+        use_triton = tensor.is_cuda and tensor.dtype in TRITON_DTYPES and triton_importable()
+    else:
+        use_triton = impl == "triton"
+    if not use_triton:
+        from gmpo_plugins.core.kernels import rowsum_torch
+
+        return rowsum_torch
+    if not triton_importable():
+        raise ValueError("impl='triton' needs the triton package (pip install triton)")
+    if tensor.dtype not in TRITON_DTYPES:
+        raise ValueError(f"impl='triton' supports float16, bfloat16 and float32 log_probs, got {tensor.dtype}")
+    if not tensor.is_cuda and not triton_interpreter():
+        raise ValueError("impl='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tests)")
+    from gmpo_plugins.core.kernels import rowsum_triton
+
+    return rowsum_triton

@@ -1,0 +1,146 @@
+"""Triton kernels for ``clipped_row_sums`` (CUDA; on CPU only under TRITON_INTERPRET=1).
+
+forward  one program per row: loops over T in blocks, loads log_probs, old_log_probs and
+         mask once (half inputs are cast to float32 right after the load), accumulates the
+         seven statistics of ``RowStats`` in float32 and writes the 1-byte ``active`` mask.
+backward one elementwise pass: grad_t = active_t ? g_i : 0, stored in the input dtype.
+
+Exactly two launches touch (B, T) data per forward+backward. This module imports triton
+at import time; ``gmpo_plugins.core.kernels.dispatch`` imports it only when selected.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+FORWARD_BLOCK = 1024
+BACKWARD_BLOCK = 1024
+
+
+@triton.jit
+def _row_stats_forward(
+    lp_ptr,
+    old_ptr,
+    mask_ptr,
+    lo_ptr,
+    hi_ptr,
+    active_ptr,
+    out_ptr,
+    n_rows,
+    length,
+    lp_stride,
+    old_stride,
+    mask_stride,
+    active_stride,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    lo = tl.load(lo_ptr + row).to(tl.float32)
+    hi = tl.load(hi_ptr + row).to(tl.float32)
+    acc_clipped = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_raw = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_count = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_below = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_above = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_min = tl.full([BLOCK], float("inf"), dtype=tl.float32)
+    acc_max = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    row64 = row.to(tl.int64)
+    for start in range(0, length, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        inside = cols < length
+        lp = tl.load(lp_ptr + row64 * lp_stride + cols, mask=inside, other=0.0).to(tl.float32)
+        old = tl.load(old_ptr + row64 * old_stride + cols, mask=inside, other=0.0).to(tl.float32)
+        valid = (tl.load(mask_ptr + row64 * mask_stride + cols, mask=inside, other=0) != 0) & inside
+        r = lp - old
+        below = valid & (r < lo)
+        above = valid & (r > hi)
+        active = valid & (r >= lo) & (r <= hi)
+        tl.store(active_ptr + row64 * active_stride + cols, active.to(tl.uint8), mask=inside)
+        clipped = tl.minimum(tl.maximum(r, lo), hi)
+        acc_clipped += tl.where(valid, clipped, 0.0)
+        acc_raw += tl.where(valid, r, 0.0)
+        acc_count += valid.to(tl.float32)
+        acc_below += below.to(tl.float32)
+        acc_above += above.to(tl.float32)
+        acc_min = tl.minimum(acc_min, tl.where(valid, r, float("inf")))
+        acc_max = tl.maximum(acc_max, tl.where(valid, r, float("-inf")))
+    tl.store(out_ptr + row, tl.sum(acc_clipped, axis=0))
+    tl.store(out_ptr + n_rows + row, tl.sum(acc_raw, axis=0))
+    tl.store(out_ptr + 2 * n_rows + row, tl.sum(acc_count, axis=0))
+    tl.store(out_ptr + 3 * n_rows + row, tl.sum(acc_below, axis=0))
+    tl.store(out_ptr + 4 * n_rows + row, tl.sum(acc_above, axis=0))
+    tl.store(out_ptr + 5 * n_rows + row, tl.min(acc_min, axis=0))
+    tl.store(out_ptr + 6 * n_rows + row, tl.max(acc_max, axis=0))
+
+
+@triton.jit
+def _row_coef_backward(
+    coef_ptr,
+    active_ptr,
+    grad_ptr,
+    length,
+    active_stride,
+    grad_stride,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = cols < length
+    row64 = row.to(tl.int64)
+    coef = tl.load(coef_ptr + row).to(tl.float32)
+    active = tl.load(active_ptr + row64 * active_stride + cols, mask=inside, other=0) != 0
+    grad = tl.where(active, coef, 0.0)
+    tl.store(grad_ptr + row64 * grad_stride + cols, grad.to(grad_ptr.dtype.element_ty), mask=inside)
+
+
+def _as_bytes(mask: torch.Tensor) -> torch.Tensor:
+    return mask.view(torch.uint8) if mask.dtype == torch.bool else mask
+
+
+def forward(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stats (7, B) float32, active (B, T) bool); inputs need a unit stride along T."""
+    batch, length = log_probs.shape
+    out = torch.empty((7, batch), dtype=torch.float32, device=log_probs.device)
+    active = torch.empty((batch, length), dtype=torch.bool, device=log_probs.device)
+    log_probs, old_log_probs, mask = (t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask))
+    mask = _as_bytes(mask)
+    if batch > 0:
+        _row_stats_forward[(batch,)](
+            log_probs,
+            old_log_probs,
+            mask,
+            lo.to(torch.float32).contiguous(),
+            hi.to(torch.float32).contiguous(),
+            active.view(torch.uint8),
+            out,
+            batch,
+            length,
+            log_probs.stride(0),
+            old_log_probs.stride(0),
+            mask.stride(0),
+            active.stride(0),
+            BLOCK=FORWARD_BLOCK,
+        )
+    return out, active
+
+
+def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """grad (B, T) in ``dtype``: coef_i where active, 0 elsewhere."""
+    batch, length = active.shape
+    grad = torch.empty((batch, length), dtype=dtype, device=active.device)
+    if batch > 0 and length > 0:
+        grid = (batch, triton.cdiv(length, BACKWARD_BLOCK))
+        _row_coef_backward[grid](
+            coef.to(torch.float32).contiguous(),
+            active.view(torch.uint8),
+            grad,
+            length,
+            active.stride(0),
+            grad.stride(0),
+            BLOCK=BACKWARD_BLOCK,
+        )
+    return grad

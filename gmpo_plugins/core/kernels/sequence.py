@@ -1,0 +1,195 @@
+"""Fused sequence-level losses (the GMPO family and GSPO) on top of ``clipped_row_sums``.
+
+One pass over (B, T) yields per-sequence sums (``RowStats``); everything after it is
+(B,)-sized torch code, so autograd differentiates it cheaply and hands
+``g_i = dLoss/dsum_clipped_i`` to the 1-byte-mask backward of ``clipped_row_sums``:
+
+    grad_log_probs_t = g_i * active_t,   e.g. for gmpo  g_i = c * (-A_i * w_i * rho_i / |o_i|)
+
+with c the batch normalisation (``reduce_sequences``). The formulas are those of
+``losses/gmpo.py`` and ``losses/gspo.py`` (whose eager versions stay the test oracle):
+
+    gmpo          lo_i = -min(eps_low, R) if A_i < 0 else -R,  hi_i = min(eps_high, R) if A_i > 0 else R
+                  s_i = sum_clipped_i / max(1, |o_i|)
+    gmpo_noclip   lo_i = -R, hi_i = R, s_i as above
+    gmpo_seqclip  lo_i = -R, hi_i = R, then the one-sided clip of s_i
+    gmpo_nonorm   bounds of gmpo, s_i = clamp(sum_clipped_i, -R, R)
+    gspo          lo_i = -R, hi_i = R, ratio_i = exp(s_i), PPO clip of ratio_i in ratio space
+
+A KL term (``ref_log_probs``) needs a per-token gradient that is not a per-sequence
+coefficient; it is added with the eager formula (``core/kl.py``) on top of the fused
+policy term, so with a reference policy the call costs the KL's (B, T) temporaries.
+Metrics equal ``core/metrics.py``'s, computed from the (B,) statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from gmpo_plugins.core.kernels.rowmean import row_masked_mean
+from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
+from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
+from gmpo_plugins.core.kl import reference_kl
+from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce_sequences
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+SEQ_WEIGHT_GUARD = 20.0  # the clamp of core/metrics.py's seq_weight
+
+
+def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
+    """(B,) advantages: as given, or the masked row mean of row-constant (B, T) ones."""
+    advantages = inputs.advantages.detach()
+    if advantages.dim() == 2:
+        return row_masked_mean(advantages, inputs.mask, dtype)
+    return advantages.to(dtype)
+
+
+def _bounds(advantages: torch.Tensor, low: Optional[float], high: Optional[float], bound: float):
+    """(lo, hi) (B,): the one-sided clip band by sign of A_i inside the guard [-R, R]."""
+    lo = torch.full_like(advantages, -bound)
+    hi = torch.full_like(advantages, bound)
+    if low is not None:
+        lo = lo.masked_fill(advantages < 0, -min(low, bound))
+    if high is not None:
+        hi = hi.masked_fill(advantages > 0, min(high, bound))
+    return lo, hi
+
+
+def _one_sided(values, positive, negative, eps_low: float, eps_high: float):
+    """(B,) values clipped to eps_high where positive, -eps_low where negative, with the
+    chosen-low and chosen-high masks (the same torch.where gradient as the eager loss)."""
+    above = positive & (values > eps_high)
+    below = negative & (values < -eps_low)
+    return torch.where(above, eps_high, torch.where(below, -eps_low, values)), below, above
+
+
+def stats_metrics(stats: RowStats, low_tokens: torch.Tensor, high_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``core/metrics.py``'s ``ratio_metrics`` from per-row statistics.
+
+    low_tokens, high_tokens (B,): valid tokens per row whose clipped value was chosen.
+    """
+    with torch.no_grad():
+        total = stats.count.sum().clamp_min(1)
+        low = low_tokens.sum() / total
+        high = high_tokens.sum() / total
+        rows = stats.count > 0
+        any_valid = rows.any()
+        zero = torch.zeros((), dtype=total.dtype, device=total.device)
+        seq_log_weight = stats.sum_raw / stats.count.clamp_min(1)
+        seq_weight = torch.exp(seq_log_weight.clamp(-SEQ_WEIGHT_GUARD, SEQ_WEIGHT_GUARD))
+        return {
+            "clip_frac_low": low,
+            "clip_frac_high": high,
+            "clip_frac": low + high,
+            "ppo_kl": -stats.sum_raw.sum() / total,
+            "log_ratio_min": torch.where(any_valid, stats.raw_min.amin(), zero),
+            "log_ratio_max": torch.where(any_valid, stats.raw_max.amax(), zero),
+            "seq_weight_min": masked_min(seq_weight, rows),
+            "seq_weight_mean": masked_mean(seq_weight, rows),
+            "seq_weight_max": masked_max(seq_weight, rows),
+        }
+
+
+def _finish(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    stats: RowStats,
+    pg: torch.Tensor,
+    low_tokens: torch.Tensor,
+    high_tokens: torch.Tensor,
+    *,
+    kl_beta: float,
+    kl_estimator: str,
+    loss_name: str,
+) -> LossOutput:
+    """``losses/finish.finish_sequence_loss`` on (B,) statistics (module docstring)."""
+    dtype = pg.dtype
+    rows = stats.count > 0
+    weights = inputs.rollout_is_weights
+    if weights is not None:
+        weights = weights.detach()
+        pg = pg * (row_masked_mean(weights, inputs.mask, dtype) if weights.dim() == 2 else weights.to(dtype))
+    policy_loss = reduce_sequences(pg, rows, batch)
+    metrics = stats_metrics(stats, low_tokens, high_tokens)
+    loss = policy_loss
+    ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
+    kl = reference_kl(inputs.log_probs.to(dtype), ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    if kl is not None:
+        mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+        metrics["kl"] = masked_mean(kl, mask).detach()
+        loss = loss + kl_beta * reduce_sequences(masked_mean(kl, mask, dim=-1), rows, batch)
+    metrics["policy_loss"] = policy_loss.detach()
+    return LossOutput(loss=loss, metrics=metrics)
+
+
+def fused_geometric_mean_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    clip: str,
+    normalise: bool,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    eps_low: Optional[float] = None,
+    eps_high: Optional[float] = None,
+    loss_name: str = "gmpo",
+    impl: str = "auto",
+) -> LossOutput:
+    """The GMPO family (``losses/gmpo.geometric_mean_loss``), fused; ``clip`` is
+    ``"token"``, ``"sequence"`` or ``"none"``."""
+    dtype = compute_dtype(inputs.log_probs.dtype)
+    advantages = sequence_advantages(inputs, dtype)
+    positive, negative = advantages > 0, advantages < 0
+    bound = log_ratio_bound
+    token_clip = clip == "token"
+    lo, hi = _bounds(advantages, eps_low if token_clip else None, eps_high if token_clip else None, bound)
+    stats = clipped_row_sums(inputs.log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
+    rows = stats.count > 0
+    zeros = torch.zeros_like(stats.count)
+    low_tokens = high_tokens = zeros
+    if token_clip:
+        # below/above count tokens outside [lo, hi]; they are clipped (not guarded) only
+        # where the band is the eps one, i.e. eps < R.
+        if eps_low < bound:
+            low_tokens = torch.where(negative, stats.below, zeros)
+        if eps_high < bound:
+            high_tokens = torch.where(positive, stats.above, zeros)
+    summed = stats.sum_clipped
+    s = summed / stats.count.clamp_min(1) if normalise else summed.clamp(-bound, bound)
+    if clip == "sequence":
+        s, seq_low, seq_high = _one_sided(s, positive & rows, negative & rows, eps_low, eps_high)
+        low_tokens = torch.where(seq_low, stats.count, zeros)
+        high_tokens = torch.where(seq_high, stats.count, zeros)
+    pg = -advantages * torch.exp(s)
+    return _finish(
+        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator, loss_name=loss_name
+    )
+
+
+def fused_gspo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    impl: str = "auto",
+) -> LossOutput:
+    """GSPO (``losses/gspo.gspo_loss``), fused."""
+    dtype = compute_dtype(inputs.log_probs.dtype)
+    advantages = sequence_advantages(inputs, dtype)
+    lo, hi = _bounds(advantages, None, None, log_ratio_bound)
+    stats = clipped_row_sums(inputs.log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
+    ratio = torch.exp(stats.sum_clipped / stats.count.clamp_min(1))
+    pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    zeros = torch.zeros_like(stats.count)
+    high_tokens = torch.where((advantages > 0) & (ratio > 1.0 + eps_high), stats.count, zeros)
+    low_tokens = torch.where((advantages < 0) & (ratio < 1.0 - eps_low), stats.count, zeros)
+    return _finish(
+        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator, loss_name="gspo"
+    )
