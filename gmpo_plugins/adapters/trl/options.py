@@ -1,0 +1,128 @@
+"""GRPOConfig fields -> registry-loss hyper-parameters, and the fields we refuse.
+
+Translation (every registry loss receives only what its spec accepts):
+
+    eps_low   <- args.epsilon                       (log space for the gmpo family,
+    eps_high  <- args.epsilon_high or args.epsilon   ratio space for grpo/dapo/dr_grpo/gspo:
+                                                     the same meaning TRL gives them)
+    kl_beta   <- args.beta                          (k3 KL, per-sequence mean for sequence-level
+                                                     losses, as TRL's GMPOTrainer)
+
+anything else comes from ``loss_hparams`` (e.g. ``log_ratio_bound``, ``reduction``,
+``kl_estimator``) and is checked by the loss spec (unknown names and bad values raise).
+
+Refused, because the registry loss would otherwise silently ignore them (TRL's own
+GMPOTrainer ignores most of these, trl #6095/#6808):
+
+    loss_type                  anything but the GRPOConfig default: the registry loss
+                               replaces TRL's loss formulations (its default 'dapo' is
+                               unused: GRPOConfig has no neutral value)
+    use_liger_kernel           Liger's fused GRPO loss bypasses _compute_loss
+    top_entropy_quantile < 1   entropy masking of tokens
+    importance_sampling_level  anything but 'token' (pick a sequence-level loss instead)
+    delta                      INTELLECT-2 two-sided clip
+    off_policy_mask_threshold  off-policy sequence masking
+    entropy_coef != 0, use_adaptive_entropy   entropy bonus
+    use_bias_correction_kl     when beta != 0: TRL multiplies its KL by the ratio; ours does not
+    epsilon_high / beta        when the chosen loss has no eps_high / kl_beta
+
+Supported and translated elsewhere: vLLM importance-sampling correction (as
+``rollout_is_weights``), ``tool_mask``, ``mask_truncated_completions``, the MoE router
+auxiliary loss, gradient accumulation and data parallelism (``normalisation``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from gmpo_plugins.core.spec import LossSpec
+
+TRANSLATED = {"eps_low": "epsilon", "eps_high": "epsilon_high", "kl_beta": "beta"}
+
+
+class UnsupportedTRLOptionError(ValueError):
+    """A GRPOConfig option the registry loss cannot honour."""
+
+
+def _default(args: Any, name: str) -> Any:
+    for f in dataclasses.fields(type(args)):
+        if f.name == name:
+            return f.default
+    raise AttributeError(f"{type(args).__name__} has no field {name!r}")
+
+
+def refusals(args: Any, spec: LossSpec) -> list[str]:
+    """Messages for every option of ``args`` that ``spec`` cannot honour (empty when fine)."""
+    name = spec.name
+    found: list[str] = []
+    loss_type_default = _default(args, "loss_type")
+    if args.loss_type != loss_type_default:
+        found.append(
+            f"loss_type={args.loss_type!r}: the registry loss {name!r} replaces TRL's loss formulations; "
+            f"leave loss_type at its default {loss_type_default!r} and choose the loss with loss=... "
+            "(e.g. loss='dapo', 'grpo', 'dr_grpo', 'gspo', 'gmpo')"
+        )
+    if args.use_liger_kernel:
+        found.append("use_liger_kernel=True: not supported with registry losses; set use_liger_kernel=False")
+    if args.top_entropy_quantile < 1.0:
+        found.append(
+            f"top_entropy_quantile={args.top_entropy_quantile}: entropy masking is not supported by registry "
+            "losses; set top_entropy_quantile=1.0"
+        )
+    if args.importance_sampling_level != "token":
+        found.append(
+            f"importance_sampling_level={args.importance_sampling_level!r}: the registry loss defines its own "
+            "ratio level; leave it at 'token' (use loss='gspo' for a sequence-level ratio)"
+        )
+    if args.delta is not None:
+        found.append(f"delta={args.delta}: the two-sided (INTELLECT-2) clip is not supported; set delta=None")
+    if args.off_policy_mask_threshold is not None:
+        found.append(
+            f"off_policy_mask_threshold={args.off_policy_mask_threshold}: off-policy sequence masking is not "
+            "supported; set off_policy_mask_threshold=None"
+        )
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+        found.append(
+            f"entropy_coef={args.entropy_coef}, use_adaptive_entropy={args.use_adaptive_entropy}: the entropy "
+            "bonus is not supported; set entropy_coef=0.0 and use_adaptive_entropy=False"
+        )
+    if args.beta != 0.0:
+        if "kl_beta" not in spec.defaults:
+            found.append(f"beta={args.beta}: loss {name!r} has no KL term (no kl_beta); set beta=0.0")
+        elif args.use_bias_correction_kl:
+            found.append(
+                "use_bias_correction_kl=True: with beta != 0 TRL would multiply its KL by the importance ratio; "
+                f"loss {name!r} adds beta * KL without it; set use_bias_correction_kl=False"
+            )
+    if args.epsilon_high is not None and "eps_high" not in spec.defaults:
+        found.append(f"epsilon_high={args.epsilon_high}: loss {name!r} has no clip range; set epsilon_high=None")
+    return found
+
+
+def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Optional[Mapping[str, Any]] = None) -> dict:
+    """The hyper-parameters ``spec`` is called with, after refusing what it cannot honour.
+
+    Raises UnsupportedTRLOptionError naming every refused GRPOConfig option, and the
+    spec's own TypeError/ValueError for unknown or out-of-range hyper-parameters.
+    """
+    extra = dict(loss_hparams or {})
+    for key, field_name in TRANSLATED.items():
+        if key in extra:
+            raise UnsupportedTRLOptionError(
+                f"loss_hparams[{key!r}]: set GRPOConfig.{field_name} instead (the adapter takes {key} from it)"
+            )
+    problems = refusals(args, spec)
+    if problems:
+        raise UnsupportedTRLOptionError(
+            f"RegistryGRPOTrainer(loss={spec.name!r}) cannot honour: " + "; ".join(problems)
+        )
+    translated = {
+        "eps_low": args.epsilon,
+        "eps_high": args.epsilon if args.epsilon_high is None else args.epsilon_high,
+        "kl_beta": args.beta,
+    }
+    params = {key: value for key, value in translated.items() if key in spec.defaults}
+    params.update(extra)
+    spec.resolve(params)  # unknown names and bad values raise now, not at the first step
+    return params

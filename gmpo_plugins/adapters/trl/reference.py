@@ -1,0 +1,105 @@
+"""TRL's own GMPO loss math on given tensors: the reference for parity checks.
+
+``trl_gmpo_reference`` runs ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself
+(the installed TRL's code, unmodified) with a stand-in for the trainer whose
+``_get_per_token_logps_and_entropies`` returns the given ``log_probs`` instead of running
+a model. Single process, train mode, one accumulation step, no entropy mask, so the
+result is TRL's
+
+    loss = mean_i [ -A_i * exp(sum_t m_t l_t / max(1, |o_i|)) + beta * mean_t k3_t ]
+
+over all B rows (an empty row contributes -A_i), with TRL's clip metrics.
+Metrics are returned under the core's names so they compare directly:
+``clip_frac_low`` (TRL clip_ratio/low_mean), ``clip_frac_high`` (high_mean),
+``clip_frac`` (region_mean), ``kl`` (when beta != 0). TRL logs no policy loss.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+
+from gmpo_plugins.core.types import LossOutput
+
+FROM_TRL = {
+    "clip_ratio/low_mean": "clip_frac_low",
+    "clip_ratio/high_mean": "clip_frac_high",
+    "clip_ratio/region_mean": "clip_frac",
+    "kl": "kl",
+}
+
+
+class _SingleProcess:
+    """The two accelerator collectives GMPOTrainer._compute_loss uses, for one process."""
+
+    num_processes = 1
+
+    @staticmethod
+    def reduce(tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        return tensor
+
+    @staticmethod
+    def gather(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+
+class _TensorTrainer:
+    """Stands in for a GMPOTrainer: the attributes its ``_compute_loss`` reads."""
+
+    def __init__(self, log_probs: torch.Tensor, eps_low: float, eps_high: float, beta: float) -> None:
+        self._log_probs = log_probs
+        self.epsilon_low = eps_low
+        self.epsilon_high = eps_high
+        self.beta = beta
+        self.top_entropy_quantile = 1.0
+        self.current_gradient_accumulation_steps = 1
+        self.model = SimpleNamespace(training=True)
+        self.accelerator = _SingleProcess()
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
+
+
+def trl_gmpo_reference(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.4,
+    eps_high: float = 0.4,
+    beta: float = 0.0,
+    ref_log_probs: Optional[torch.Tensor] = None,
+) -> LossOutput:
+    """TRL GMPOTrainer's loss (differentiable w.r.t. ``log_probs``) and clip/KL metrics.
+
+    log_probs, old_log_probs, mask, ref_log_probs (B, T); advantages (B,); eps in log space.
+    Raises ImportError when trl (>= 1.7, with trl.experimental.gmpo) is not installed.
+    """
+    from trl.experimental.gmpo import GMPOTrainer
+
+    if beta != 0.0 and ref_log_probs is None:
+        raise ValueError("ref_log_probs: required when beta != 0")
+    batch, length = log_probs.shape
+    long_mask = mask.long()
+    inputs = {
+        "prompt_ids": torch.zeros(batch, 1, dtype=torch.long, device=log_probs.device),
+        "prompt_mask": torch.ones(batch, 1, dtype=torch.long, device=log_probs.device),
+        "completion_ids": torch.zeros(batch, length, dtype=torch.long, device=log_probs.device),
+        "completion_mask": long_mask,
+        "advantages": advantages,
+        "old_per_token_logps": old_log_probs,
+    }
+    if ref_log_probs is not None:
+        inputs["ref_per_token_logps"] = ref_log_probs
+    stand_in = _TensorTrainer(log_probs, eps_low, eps_high, beta)
+    loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
+    logged = stand_in._metrics["train"]
+    metrics = {
+        ours: torch.tensor(logged[theirs][-1], dtype=log_probs.dtype) for theirs, ours in FROM_TRL.items() if logged[theirs]
+    }
+    return LossOutput(loss=loss, metrics=metrics)

@@ -1,0 +1,142 @@
+"""``RegistryGRPOTrainer``: trl.GRPOTrainer with a registry loss as its policy loss.
+
+Only ``_compute_loss`` is overridden. The per-token log-probs come from GRPOTrainer's own
+``_get_per_token_logps_and_entropies`` (TRL's fused LM head, logits / temperature), so
+the model forward path is TRL's; generation, rewards, advantages, reference model, vLLM,
+logging and checkpointing are inherited unchanged. Per micro-batch:
+
+    mask         = completion_mask (* tool_mask)                       (B, T)
+    log_probs    = TRL's per-token log-probs of the completion         (B, T)
+    old          = inputs["old_per_token_logps"], or log_probs.detach() when TRL skipped
+                   it (num_iterations == 1 and steps_per_generation <= accumulation), as TRL does
+    advantages   = inputs["advantages"]                                (B,)
+    ref          = inputs["ref_per_token_logps"] when beta != 0
+    rho          = inputs["importance_sampling_ratio"] with vLLM IS correction:
+                   (B, T) in token_* modes, (B, 1) -> (B,) in sequence_* modes
+    loss         = get_loss(name)(LossInputs(...), trl_batch_info(...), **hparams).loss
+                   (+ router_aux_loss_coef * aux_loss / G for MoE models, as GRPOTrainer)
+
+Hyper-parameters and refusals: ``options``; normalisation: ``normalisation``; metric
+names: ``metrics``. No loss math here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metrics
+from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
+from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import LossInputs
+
+# Inputs GRPOTrainer forwards to the model next to input_ids/attention_mask (multimodal).
+FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+SEQUENCE_IS_MODES = ("sequence_mask", "sequence_truncate")
+
+
+class RegistryGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose policy loss is the registry loss ``loss`` (module docstring).
+
+    loss          registry name (``gmpo-plugins list``); unknown names raise
+                  UnknownLossError listing the valid ones
+    loss_hparams  extra hyper-parameters of that loss (not eps_low/eps_high/kl_beta,
+                  which come from GRPOConfig.epsilon/epsilon_high/beta)
+
+    GRPOConfig options the loss cannot honour raise UnsupportedTRLOptionError here, before
+    the model is loaded. All other arguments are GRPOTrainer's.
+    """
+
+    _tag_names = ["trl", "grpo", "gmpo-plugins"]
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: Optional[GRPOConfig] = None,
+        *,
+        loss: str = "gmpo",
+        loss_hparams: Optional[Mapping[str, Any]] = None,
+        **kwargs: Any,
+    ) -> None:
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = GRPOConfig(f"{model_name.split('/')[-1]}-{loss}")
+        self.loss_spec = get_loss(loss)
+        self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+
+    def _rollout_is_weights(self, inputs: Mapping[str, Any]) -> Optional[torch.Tensor]:
+        """TRL's vLLM importance-sampling ratio in the core's layout, or None."""
+        if not (self.use_vllm and self.vllm_importance_sampling_correction):
+            return None
+        ratio = inputs["importance_sampling_ratio"]
+        return ratio.squeeze(-1) if self.vllm_importance_sampling_mode in SEQUENCE_IS_MODES else ratio
+
+    def _compute_loss(self, model: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in FORWARD_KEYS},
+        )
+        old_per_token_logps = inputs.get("old_per_token_logps")
+        if old_per_token_logps is None:
+            old_per_token_logps = per_token_logps.detach()
+
+        mode = "train" if self.model.training else "eval"
+        training = mode == "train"
+        accumulation = self.current_gradient_accumulation_steps if training else 1
+        batch = trl_batch_info(
+            local_sequences=completion_ids.size(0),
+            accumulation_steps=accumulation,
+            num_processes=self.accelerator.num_processes,
+            num_items_in_batch=inputs["num_items_in_batch"],
+            steps_per_generation=self.args.steps_per_generation,
+            training=training,
+        )
+        out = self.loss_spec(
+            LossInputs(
+                log_probs=per_token_logps,
+                old_log_probs=old_per_token_logps,
+                advantages=inputs["advantages"],
+                mask=mask,
+                ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
+                rollout_is_weights=self._rollout_is_weights(inputs),
+            ),
+            batch,
+            **self.loss_hparams,
+        )
+        loss = out.loss
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        store = self._metrics[mode]
+        store["entropy"].append(global_masked_mean(self.accelerator, entropies, mask))
+        log_loss_metrics(store, self.accelerator, out.metrics, mask, accumulation)
+        return loss
