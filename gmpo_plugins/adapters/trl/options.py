@@ -7,6 +7,7 @@ Translation (every registry loss receives only what its spec accepts):
                                                      the same meaning TRL gives them)
     kl_beta   <- args.beta                          (k3 KL, per-sequence mean for sequence-level
                                                      losses, as TRL's GMPOTrainer)
+    norm_length <- args.max_completion_length       (Dr.GRPO's constant, as TRL's 'dr_grpo')
 
 anything else comes from ``loss_hparams`` (e.g. ``log_ratio_bound``, ``reduction``,
 ``kl_estimator``) and is checked by the loss spec (unknown names and bad values raise).
@@ -38,7 +39,7 @@ from typing import Any, Mapping, Optional
 
 from gmpo_plugins.core.spec import LossSpec
 
-TRANSLATED = {"eps_low": "epsilon", "eps_high": "epsilon_high", "kl_beta": "beta"}
+TRANSLATED = {"eps_low": "epsilon", "eps_high": "epsilon_high", "kl_beta": "beta", "norm_length": "max_completion_length"}
 
 
 class UnsupportedTRLOptionError(ValueError):
@@ -121,6 +122,7 @@ def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Optional[Map
         "eps_low": args.epsilon,
         "eps_high": args.epsilon if args.epsilon_high is None else args.epsilon_high,
         "kl_beta": args.beta,
+        "norm_length": args.max_completion_length,
     }
     params = {key: value for key, value in translated.items() if key in spec.defaults}
     params.update(extra)
