@@ -125,6 +125,7 @@ def grpo_config(output_dir, config_class=None, **overrides):
         save_strategy="no",
         report_to="none",
         use_cpu=True,
+        bf16=False,  # float32 throughout (TRL enables bf16 autocast by default, also on CPU)
         seed=0,
     )
     settings.update(overrides)
