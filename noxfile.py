@@ -3,6 +3,7 @@
 
     nox               every session (the README's test command, run by CI)
     nox -s core       the framework-agnostic core only
+    nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
@@ -22,3 +23,11 @@ def core(session: nox.Session) -> None:
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+
+
+@nox.session
+def trl(session: nox.Session) -> None:
+    """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer."""
+    session.install(TORCH)
+    session.install("-e", ".[test]", "trl==1.16.0")
+    session.run("pytest", "tests/trl", *session.posargs)
