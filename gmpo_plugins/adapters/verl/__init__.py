@@ -1,0 +1,28 @@
+"""verl integration: every registry loss as a verl ``policy_loss.loss_mode``.
+
+Importing this package registers the losses into verl's ``POLICY_LOSS_REGISTRY``
+(``registration``). verl imports it in every process that imports verl, through the
+entry point ``[project.entry-points."verl.plugins"] gmpo_plugins =
+"gmpo_plugins.adapters.verl"``; verl only imports entry points (it never calls them), so
+registration is a side effect of the import. Users who disable plugin autoloading
+(``VERL_USE_EXTERNAL_PLUGINS=none``) load it with
+``actor_rollout_ref.model.external_lib=gmpo_plugins.adapters.verl`` or
+``VERL_USE_EXTERNAL_MODULES=gmpo_plugins.adapters.verl``; repeated imports are harmless.
+
+    python -m verl.trainer.main_ppo ... actor_rollout_ref.actor.policy_loss.loss_mode=gmpo \\
+        actor_rollout_ref.actor.clip_ratio_low=0.4 actor_rollout_ref.actor.clip_ratio_high=0.4 \\
+        actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+
+Modules: ``options`` (config fields -> hyper-parameters and BatchInfo, refusals),
+``metrics`` (metric names), ``policy_loss`` (the function verl calls), ``registration``
+(names, no shadowing). ``python -m gmpo_plugins.adapters.verl`` prints the name table.
+"""
+
+from __future__ import annotations
+
+from gmpo_plugins.adapters.verl.options import VerlConfigError
+from gmpo_plugins.adapters.verl.registration import PREFIX, VerlName, is_ours, register_losses
+
+__all__ = ["PREFIX", "VERL_NAMES", "VerlConfigError", "VerlName", "is_ours", "register_losses"]
+
+VERL_NAMES: list[VerlName] = register_losses()

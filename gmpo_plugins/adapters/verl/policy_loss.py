@@ -1,0 +1,64 @@
+"""A registry loss as a verl policy-loss function (verl's exact keyword signature).
+
+verl's ``ppo_loss`` (verl/workers/utils/losses.py) calls, once per micro-batch,
+
+    fn(old_log_prob=(B, T) float, log_prob=(B, T) float, advantages=(B, T) float,
+       response_mask=(B, T) bool, loss_agg_mode=str, config=actor config,
+       rollout_is_weights=(B, T) float or None) -> (scalar loss, {metric name: float})
+
+and back-propagates the loss unscaled. The function built here only translates:
+
+    LossInputs(log_probs=log_prob, old_log_probs=old_log_prob, advantages=advantages,
+               mask=response_mask, rollout_is_weights=rollout_is_weights)
+    BatchInfo from config.global_batch_info, hyper-parameters from the config fields
+    (``options``), metrics to verl's names (``metrics``)
+
+and calls ``spec(inputs, batch, **hparams)``: the loss math is the registry's. ``T`` may
+differ between micro-batches (verl pads each to its own longest response); no
+translation depends on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from gmpo_plugins.adapters.verl.metrics import verl_metrics
+from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
+from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.types import LossInputs
+
+MARKER = "__gmpo_plugins_loss__"
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+
+def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
+    """verl policy loss computing ``spec``; ``loss_mode`` is the name it is registered under
+    (used in messages). The function carries ``__gmpo_plugins_loss__ = spec.name``."""
+
+    def policy_loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Optional[Any] = None,
+        rollout_is_weights: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        hparams = hparams_from_config(spec, config, loss_agg_mode, loss_mode)
+        inputs = LossInputs(
+            log_probs=log_prob,
+            old_log_probs=old_log_prob,
+            advantages=advantages,
+            mask=response_mask,
+            rollout_is_weights=rollout_is_weights,
+        )
+        out = spec(inputs, batch_info_from_config(config), **hparams)
+        return out.loss, verl_metrics(out.metrics)
+
+    policy_loss.__name__ = policy_loss.__qualname__ = f"gmpo_plugins_{spec.name}"
+    policy_loss.__doc__ = f"gmpo-plugins loss {spec.name!r} ({spec.description}) as verl loss_mode={loss_mode}."
+    setattr(policy_loss, MARKER, spec.name)
+    return policy_loss
