@@ -1,0 +1,321 @@
+"""The fused paths (``gmpo_plugins.core.kernels``) against the eager formulation.
+
+The eager loss (``impl="eager"``) is the oracle: fused and eager agree on loss, every
+metric and the gradient to 1e-6 relative in float32 (1e-12 in float64) on
+hypothesis-generated inputs, extreme log ratios (+-1e4), empty rows and zero advantages
+included. The Triton backend is checked the same way where triton is installed and
+either CUDA or its CPU interpreter (TRITON_INTERPRET=1, the ``kernels`` nox session) is
+available; elsewhere those tests skip.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gmpo_plugins import BatchInfo, LossInputs, get_loss
+from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, select_backend
+from gmpo_plugins.core.kernels import rowsum_torch
+from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
+
+FUSED_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
+RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
+
+TRITON_RUNS = triton_importable() and (torch.cuda.is_available() or triton_interpreter())
+needs_triton = pytest.mark.skipif(
+    not TRITON_RUNS, reason="triton not installed, or neither CUDA nor TRITON_INTERPRET=1"
+)
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+@st.composite
+def cases(draw, max_batch: int = 6, max_length: int = 40, dtypes=(torch.float32, torch.float64)):
+    """A micro-batch and hyper-parameters: log ratios at several scales with some tokens
+    at +-1e4, empty rows, zero advantages, (B,) or row-constant (B, T) advantages,
+    optional rollout IS weights, reference policy and global counts."""
+    batch_size = draw(st.integers(1, max_batch))
+    length = draw(st.integers(1, max_length))
+    dtype = draw(st.sampled_from(dtypes))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scale = draw(st.sampled_from([1e-3, 0.1, 0.5, 3.0, 30.0]))
+    extreme = draw(st.sampled_from([0.0, 0.1, 0.5]))
+    old = -torch.rand(batch_size, length, generator=g, dtype=torch.float64) * 5
+    log_ratio = scale * torch.randn(batch_size, length, generator=g, dtype=torch.float64)
+    far = torch.rand(batch_size, length, generator=g, dtype=torch.float64) < extreme
+    signs = torch.where(torch.rand(batch_size, length, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+    log_ratio = torch.where(far, signs * 1e4, log_ratio)
+    density = draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))
+    mask = torch.rand(batch_size, length, generator=g) < density
+    empty = draw(st.lists(st.integers(0, batch_size - 1), max_size=2))
+    mask[empty] = False
+    kind = draw(st.sampled_from(["mixed", "zero", "positive", "negative"]))
+    advantages = torch.randn(batch_size, generator=g, dtype=torch.float64)
+    advantages = {"mixed": advantages, "zero": advantages * 0, "positive": advantages.abs() + 0.1,
+                  "negative": -advantages.abs() - 0.1}[kind]
+    if kind == "mixed":
+        advantages[torch.rand(batch_size, generator=g) < 0.3] = 0.0
+    if draw(st.booleans()):
+        advantages = advantages[:, None].expand(batch_size, length).contiguous()
+    weights = draw(st.sampled_from([None, "seq", "token"]))
+    rho = None
+    if weights is not None:
+        shape = (batch_size,) if weights == "seq" else (batch_size, length)
+        rho = torch.rand(shape, generator=g, dtype=torch.float64) * 2
+    ref = None
+    hparams = {}
+    if draw(st.booleans()):
+        ref = old + 0.3 * torch.randn(batch_size, length, generator=g, dtype=torch.float64)
+        hparams["kl_beta"] = draw(st.sampled_from([0.0, 0.05]))
+    hparams["log_ratio_bound"] = draw(st.sampled_from([20.0, 0.3, 60.0]))
+    eps = draw(st.sampled_from([(0.4, 0.4), (0.2, 0.28), (0.05, 50.0)]))
+    batch = draw(st.sampled_from([BatchInfo(), BatchInfo(dp_size=2, global_batch_size=3 * batch_size)]))
+    inputs = LossInputs(
+        log_probs=(old + log_ratio).to(dtype),
+        old_log_probs=old.to(dtype),
+        advantages=advantages.to(dtype),
+        mask=mask,
+        ref_log_probs=None if ref is None else ref.to(dtype),
+        rollout_is_weights=None if rho is None else rho.to(dtype),
+    )
+    return inputs, batch, hparams, eps
+
+
+def _params(name: str, hparams: dict, eps: tuple[float, float]) -> dict:
+    spec = get_loss(name)
+    params = {**spec.defaults, **{k: v for k, v in hparams.items() if k in spec.defaults}}
+    if "eps_low" in spec.defaults:
+        low, high = eps if spec.clip_space == "log" else (eps[0] / 1000, eps[1] / 1000)
+        params.update(eps_low=low, eps_high=high)
+    return params
+
+
+def run(name: str, inputs: LossInputs, batch: BatchInfo, params: dict, impl: str, device: str = "cpu"):
+    """Loss, metrics and gradient of one call with ``impl``; inputs are cloned."""
+    def move(t):
+        return None if t is None else t.detach().clone().to(device)
+
+    log_probs = move(inputs.log_probs).requires_grad_()
+    moved = LossInputs(log_probs, move(inputs.old_log_probs), move(inputs.advantages), move(inputs.mask),
+                       move(inputs.ref_log_probs), move(inputs.rollout_is_weights))
+    out = get_loss(name).fn(moved, batch, impl=impl, **params)
+    out.loss.backward()
+    return out, log_probs.grad
+
+
+def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
+    """Fused ``impl`` vs eager: |fused - eager| <= rtol * (|eager| + magnitude), where the
+    magnitude of a sum is that of its terms (cancellation makes plain relative error of
+    a near-zero sum meaningless): the mean |r| for ppo_kl, the loss with |A| for the loss."""
+    dtype = inputs.log_probs.dtype
+    rtol = RTOL[dtype] if rtol is None else rtol
+    eager, grad_eager = run(name, inputs, batch, params, "eager")
+    fused, grad_fused = run(name, inputs, batch, params, impl, device)
+    abs_inputs = LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages.abs(), inputs.mask,
+                            inputs.ref_log_probs, inputs.rollout_is_weights)
+    loss_scale = run(name, abs_inputs, batch, params, "eager")[0].loss.abs().item()
+    r = (inputs.log_probs.double() - inputs.old_log_probs.double())[inputs.mask]
+    kl_scale = r.abs().mean().item() if r.numel() else 0.0
+
+    def close(label, got, want, magnitude=0.0):
+        got, want = got.detach().cpu().double(), want.detach().double()
+        same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+        diff = torch.where(same, 0.0, (got - want).abs())
+        bound = rtol * (want.abs() + magnitude) + 1e-300
+        assert bool((diff <= bound).all()), f"{name}/{impl} {label}: fused {got} eager {want} (rtol {rtol})"
+
+    assert fused.loss.dtype == eager.loss.dtype
+    close("loss", fused.loss, eager.loss, loss_scale)
+    assert sorted(fused.metrics) == sorted(eager.metrics)
+    for key, value in eager.metrics.items():
+        assert fused.metrics[key].dtype == value.dtype and not fused.metrics[key].requires_grad
+        close(key, fused.metrics[key], value, kl_scale if key in ("ppo_kl", "kl") else 0.0)
+    assert grad_fused.dtype == grad_eager.dtype == dtype
+    assert torch.equal(grad_fused.cpu() == 0, grad_eager == 0), f"{name}/{impl}: different zero-gradient tokens"
+    close("grad", grad_fused, grad_eager)
+
+
+# ---------------------------------------------------------------------------- torch backend
+
+
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_fused_matches_eager(name, case):
+    inputs, batch, hparams, eps = case
+    assert_agree(name, inputs, batch, _params(name, hparams, eps), "torch")
+
+
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+def test_registry_path_is_fused_and_matches(name, monkeypatch):
+    """get_loss(name)(...) goes through clipped_row_sums (auto) and equals the oracle."""
+    calls = []
+    original = rowsum_torch.forward
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return original(*args)
+
+    monkeypatch.setattr(rowsum_torch, "forward", spy)
+    g = torch.Generator().manual_seed(1)
+    log_probs = torch.randn(4, 50, generator=g, requires_grad=True)
+    old = log_probs.detach() + 0.3 * torch.randn(4, 50, generator=g)
+    inputs = LossInputs(log_probs, old, torch.tensor([1.0, -2.0, 0.0, 0.5]), torch.rand(4, 50, generator=g) < 0.7)
+    out = get_loss(name)(inputs, BatchInfo())
+    assert calls == [(4, 50)]
+    eager = get_loss(name).fn(inputs, BatchInfo(), impl="eager", **get_loss(name).defaults)
+    torch.testing.assert_close(out.loss, eager.loss, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+def test_half_inputs_compute_in_float32(name, dtype):
+    """Half inputs: loss and metrics in float32, gradient in the input dtype, equal to eager."""
+    g = torch.Generator().manual_seed(2)
+    old = -3 * torch.rand(5, 300, generator=g)
+    log_probs = (old + 0.5 * torch.randn(5, 300, generator=g)).to(dtype)
+    mask = torch.rand(5, 300, generator=g) < 0.8
+    inputs = LossInputs(log_probs, old.to(dtype), torch.tensor([1.0, -1.0, 0.0, 2.0, -0.5]), mask)
+    fused, grad = run(name, inputs, BatchInfo(), _params(name, {}, (0.4, 0.4)), "torch")
+    assert fused.loss.dtype == torch.float32 and grad.dtype == dtype
+    assert_agree(name, inputs, BatchInfo(), _params(name, {}, (0.4, 0.4)), "torch")
+
+
+def test_hand_values_of_row_stats():
+    """clipped_row_sums on a hand example (lo/hi per row, padding holding NaN)."""
+    log_probs = torch.tensor([[0.5, -1.0, 2.0, float("nan")], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    old = torch.zeros(2, 4)
+    mask = torch.tensor([[True, True, True, False], [False, False, False, False]])
+    lo, hi = torch.tensor([-0.4, -20.0]), torch.tensor([1.0, 20.0])
+    stats = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
+    assert isinstance(stats, RowStats)
+    # row 0: r = 0.5, -1, 2 -> clamp to [-0.4, 1]: 0.5 - 0.4 + 1 = 1.1; 1 below, 1 above
+    torch.testing.assert_close(stats.sum_clipped, torch.tensor([1.1, 0.0]))
+    torch.testing.assert_close(stats.sum_raw, torch.tensor([1.5, 0.0]))
+    assert stats.count.tolist() == [3.0, 0.0] and stats.below.tolist() == [1.0, 0.0]
+    assert stats.above.tolist() == [1.0, 0.0]
+    assert stats.raw_min.tolist() == [-1.0, math.inf] and stats.raw_max.tolist() == [2.0, -math.inf]
+    (stats.sum_clipped * torch.tensor([3.0, 5.0])).sum().backward()
+    assert log_probs.grad.tolist() == [[3.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+def test_bounds_are_inclusive_like_clamp(name, impl):
+    """Log ratios exactly on eps_high, -eps_low, +-R: eager's clamp passes the gradient
+    there (and the token is not counted as clipped); the fused path must agree."""
+    r = torch.tensor([[0.5, 0.25, -2.0, 0.125], [-0.5, -0.25, 2.0, 0.125], [2.0, -2.0, 0.5, -0.5]])
+    old = torch.full_like(r, -1.0)
+    inputs = LossInputs(old + r, old, torch.tensor([1.0, -1.0, 0.0]), torch.ones_like(r, dtype=torch.bool))
+    params = _params(name, {"log_ratio_bound": 2.0}, (0.5, 0.5))
+    assert_agree(name, inputs, BatchInfo(), params, impl, TRITON_DEVICE if impl == "triton" else "cpu")
+    _, grad = run(name, inputs, BatchInfo(), params, impl, TRITON_DEVICE if impl == "triton" else "cpu")
+    if name != "gspo":  # gspo's sequence ratio is far outside its 3e-4 band: no gradient
+        assert bool((grad[:2] != 0).all())
+
+
+def test_row_sums_gradcheck_float64():
+    """Finite differences confirm d sum_clipped_i / d log_probs_t = active_t (away from the bounds)."""
+    g = torch.Generator().manual_seed(3)
+    log_probs = torch.randn(3, 7, generator=g, dtype=torch.float64)
+    log_probs = (log_probs + 0.05 * torch.sign(log_probs)).requires_grad_()  # keep |r| away from 0.3
+    old = torch.zeros(3, 7, dtype=torch.float64)
+    mask = torch.rand(3, 7, generator=g) < 0.7
+    lo, hi = torch.tensor([-0.3, -5.0, -0.3], dtype=torch.float64), torch.tensor([5.0, 0.3, 0.3], dtype=torch.float64)
+    fn = lambda x: clipped_row_sums(x, old, mask, lo, hi, impl="torch").sum_clipped  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (log_probs,), eps=1e-6, atol=1e-8)
+
+
+def test_blocks_cover_all_rows(monkeypatch):
+    """Many small blocks (one row each) give the same statistics as one block."""
+    g = torch.Generator().manual_seed(4)
+    log_probs, old = torch.randn(9, 33, generator=g), torch.randn(9, 33, generator=g)
+    mask = torch.rand(9, 33, generator=g) < 0.5
+    lo, hi = -torch.rand(9, generator=g), torch.rand(9, generator=g)
+    whole = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
+    monkeypatch.setattr(rowsum_torch, "BLOCK_ELEMENTS", 1)
+    split = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
+    for a, b in zip(whole, split):
+        assert torch.equal(a, b)
+
+
+def _saved_float_bt(name: str, impl: str) -> list[tuple]:
+    """(dtype, shape) of every floating (B, T)-sized tensor autograd saves for backward."""
+    g = torch.Generator().manual_seed(5)
+    log_probs = torch.randn(8, 64, generator=g, requires_grad=True)
+    inputs = LossInputs(log_probs, log_probs.detach() + 0.1, torch.randn(8, generator=g),
+                        torch.rand(8, 64, generator=g) < 0.9)
+    saved = []
+
+    def pack(t):
+        if t.dtype.is_floating_point and t.numel() >= 8 * 64:
+            saved.append((t.dtype, tuple(t.shape)))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        get_loss(name).fn(inputs, BatchInfo(), impl=impl, **get_loss(name).defaults)
+    return saved
+
+
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+def test_nothing_float_of_size_bt_is_saved(name):
+    assert _saved_float_bt(name, "torch") == []
+    assert _saved_float_bt(name, "eager") != []  # the check does see the eager path's tensors
+
+
+def test_bad_impl_names_the_argument():
+    inputs = LossInputs(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="impl must be one of"):
+        get_loss("gmpo").fn(inputs, BatchInfo(), impl="fast", **get_loss("gmpo").defaults)
+
+
+def test_auto_selects_torch_on_cpu():
+    assert select_backend("auto", torch.zeros(1)) is rowsum_torch
+    assert select_backend("auto", torch.zeros(1, dtype=torch.float64)) is rowsum_torch
+
+
+@pytest.mark.skipif(TRITON_RUNS, reason="checks the error raised where triton cannot run")
+def test_triton_unavailable_is_a_clear_error():
+    with pytest.raises(ValueError, match="impl='triton'"):
+        select_backend("triton", torch.zeros(1))
+
+
+# ---------------------------------------------------------------------------- Triton backend
+
+
+@needs_triton
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(max_batch=4, max_length=24, dtypes=(torch.float32,)))
+def test_triton_matches_eager(name, case):
+    inputs, batch, hparams, eps = case
+    assert_agree(name, inputs, batch, _params(name, hparams, eps), "triton", TRITON_DEVICE)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["gmpo", "gspo"])
+def test_triton_long_rows_and_half_inputs(name, dtype):
+    """T larger than the kernels' block (several loop iterations), strided inputs, half dtypes."""
+    g = torch.Generator().manual_seed(6)
+    old = -3 * torch.rand(3, 2600, generator=g)
+    wide = old + 0.4 * torch.randn(3, 2600, generator=g)
+    log_probs = torch.cat([wide, wide], 1)[:, :2600].to(dtype)  # row stride 5200, unit stride along T
+    mask = torch.rand(3, 2600, generator=g) < 0.9
+    inputs = LossInputs(log_probs, old.to(dtype), torch.tensor([1.0, -1.0, 0.0]), mask)
+    assert_agree(name, inputs, BatchInfo(), _params(name, {}, (0.4, 0.4)), "triton", TRITON_DEVICE)
+
+
+@needs_triton
+def test_triton_auto_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("auto selects Triton on CUDA tensors only")
+    from gmpo_plugins.core.kernels import rowsum_triton
+
+    assert select_backend("auto", torch.zeros(1, device="cuda")) is rowsum_triton
