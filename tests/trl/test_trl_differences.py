@@ -3,7 +3,8 @@
 
 Where semantics coincide (every row has a valid token, |log ratio| < 20) loss, gradient
 and clip/KL metrics are equal (1e-12; 1e-7 for TRL's float32 clip counts). The differences by design are pinned with numbers:
-empty rows (loss value only), the overflow guard, and the metrics each side logs."""
+empty rows (loss value only), the overflow guard, the metrics each side logs, and the
+MoE router loss that TRL's GMPOTrainer drops."""
 
 from __future__ import annotations
 
@@ -111,3 +112,24 @@ def test_logged_metric_names_differ_as_documented(model_dir, tmp_path, tokenizer
         "policy_loss", "ppo_kl", "log_ratio_min", "log_ratio_max",
         "seq_weight_min", "seq_weight_mean", "seq_weight_max",
     }
+
+
+def test_moe_router_aux_loss_is_added_unlike_trl_gmpo(moe_model_dir, tmp_path, tokenizer, prompts):
+    """TRL's GMPOTrainer drops GRPOTrainer's MoE load-balancing term; we keep it, so on a
+    Qwen2-MoE ours - TRL's GMPO = router_aux_loss_coef * aux_loss / G exactly."""
+    from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
+
+    from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
+
+    from .tiny import count_digits_reward, grpo_config
+
+    common = dict(reward_funcs=count_digits_reward, train_dataset=prompts, processing_class=tokenizer)
+    theirs = GMPOTrainer(model=moe_model_dir, args=grpo_config(tmp_path / "t", GMPOConfig), **common)
+    ours = RegistryGRPOTrainer(model=moe_model_dir, args=grpo_config(tmp_path / "o", epsilon=0.4), loss="gmpo",
+                               **common)
+    inputs = micro_batch(ours, seed=7, spread=0.35)
+    loss_o, _, metrics_o = run_loss(ours, inputs, accumulation=2)
+    loss_t, _, metrics_t = run_loss(theirs, inputs, accumulation=2)
+    assert "aux_loss" not in metrics_t and metrics_o["aux_loss"] > 0
+    expected = ours.router_aux_loss_coef * metrics_o["aux_loss"] / 2
+    assert abs((loss_o - loss_t).item() - expected) <= 1e-6 and expected > 1e-4
