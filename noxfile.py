@@ -4,6 +4,7 @@
     nox               every session (the README's test command, run by CI)
     nox -s core       the framework-agnostic core only
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
+    nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
@@ -31,3 +32,13 @@ def trl(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", "trl==1.16.0")
     session.run("pytest", "tests/trl", *session.posargs)
+
+
+@nox.session
+def verl(session: nox.Session) -> None:
+    """verl adapter: entry-point registration (also in a Ray worker), config translation,
+    verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla."""
+    session.install(TORCH)
+    session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn")
+    session.install("./tests/plugins/example_plugin")
+    session.run("pytest", "tests/verl", *session.posargs)

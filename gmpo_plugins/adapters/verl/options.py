@@ -72,7 +72,7 @@ def _meaning(spec: LossSpec, hparam: str) -> str:
             f"{side}, so expected a number > 0 (the GMPO paper uses 0.4)"
         )
     if hparam in ("eps_low", "eps_high"):
-        return f"it is {spec.name}'s {hparam}: the ratio is clipped to [1 - eps_low, 1 + eps_high]"
+        return f"it is {spec.name}'s {hparam}, a RATIO-space bound"
     if hparam == "dual_clip":
         return f"it is {spec.name}'s dual_clip: the lower bound of dual-clip PPO, expected a number > 1"
     if hparam == "norm_length":
