@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import FSDPActorConfig
 from verl.workers.utils.losses import ppo_loss
@@ -105,3 +106,12 @@ def test_settings_the_loss_cannot_honour_fail_at_the_first_call(
 def test_null_clip_ratio_low_falls_back_to_clip_ratio_as_verl_does(actor_config):
     config = actor_config("gmpo", clip_ratio=0.3, clip_ratio_low=None, loss_agg_mode="seq-mean-token-mean")
     assert hparams_from_config(get_loss("gmpo"), config, config.loss_agg_mode, "gmpo")["eps_low"] == 0.3
+
+
+def test_token_level_advantages_are_refused_by_sequence_level_losses(model, actor_config, rollout):
+    padded = rollout.td.clone()
+    padded["advantages"] = padded["advantages"] + 0.5 * torch.arange(padded["advantages"].shape[1]) * padded["response_mask"]
+    micro_batch = engine.engine_batch(padded)
+    config = actor_config("gmpo", clip_ratio_low=0.4, clip_ratio_high=0.4, loss_agg_mode="seq-mean-token-mean")
+    with pytest.raises(ValueError, match="advantages: this loss is sequence-level"):
+        _call(model, config, micro_batch)
