@@ -1,0 +1,246 @@
+"""OpenRLHF ``PolicyLoss`` arguments -> a registry loss, its hyper-parameters, ``BatchInfo``.
+
+No OpenRLHF import. OpenRLHF 0.11.2 builds, in ``ActorPPOTrainer.__init__``,
+
+    PolicyLoss(clip_eps_low, clip_eps_high      <- --actor.eps_clip_low_high LOW HIGH
+                                                   (default: --actor.eps_clip twice)
+               dual_clip                        <- --actor.dual_clip
+               token_level_loss                 <- --actor.loss_agg_mode == "token-mean"
+               policy_loss_type                 <- --actor.policy_loss_type
+               is_correction_level, _mode, _gating, _threshold  <- --algo.advantage.is_correction_*)
+
+Names (``policy_loss_type``): OpenRLHF's own ``ppo`` and ``gspo`` keep OpenRLHF's code.
+Every registry loss ``<name>`` is reachable as ``gmpo_plugins.<name>``, and as ``<name>``
+unless OpenRLHF owns that name (so our ``gspo`` is ``gmpo_plugins.gspo``).
+
+Translation, for each hyper-parameter the loss declares (``spec.defaults``):
+
+    eps_low, eps_high  <- clip_eps_low, clip_eps_high; LOG space for clip_space "log"
+                          (gmpo family: per-token log ratio clipped to [-eps_low, eps_high],
+                          ratio in (e^-eps_low, e^eps_high); the paper uses 0.4, OpenRLHF's
+                          default --actor.eps_clip is 0.2), ratio space for "ratio"
+                          (grpo/dapo/gspo: [1 - eps_low, 1 + eps_high], as OpenRLHF's ppo)
+    dual_clip          <- dual_clip (losses without it refuse a value)
+    reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean
+    kl_beta            stays 0: OpenRLHF adds its own KL loss (--algo.kl.use_loss)
+
+``token_level_loss`` for losses without a ``reduction`` (reduction fixed by the method):
+sequence-level losses (gmpo family, gspo) are per-sequence means whatever it says; True
+(OpenRLHF's default --actor.loss_agg_mode token-mean) is accepted with a one-time warning,
+False (seq-mean-token-mean) silently. Token-level losses accept only True.
+
+Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag):
+IS correction (``is_correction_level != "off"``: OpenRLHF implements it inside its ppo
+branch, with a per-token gate that has no faithful sequence-level counterpart), a
+``dual_clip`` for a loss without one, a loss whose defining reduction is not one of
+OpenRLHF's two (``dr_grpo``'s seq-mean-token-sum-norm needs a constant length that
+PolicyLoss is not given), invalid eps values.
+
+Batch normalisation: ``BatchInfo(dp_size, global_batch_size, global_num_tokens=batch_num_tokens)``
+from the forward keywords. OpenRLHF computes them per optimizer step (all micro-batches,
+all data-parallel ranks) divided by the accumulation steps ``gas``, and DeepSpeed scales
+each micro-batch loss by 1/gas, so ``sum_i L_i / global_batch_size * dp_size`` summed over
+the micro-batches is the whole-step mean (the core's rule, and OpenRLHF's own).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from gmpo_plugins.core.hparams import check_hparams
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
+from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.types import BatchInfo
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "gmpo_plugins."
+OPENRLHF_OWN = ("ppo", "gspo")
+FLAGS = {
+    "eps_low": "--actor.eps_clip_low_high (LOW)",
+    "eps_high": "--actor.eps_clip_low_high (HIGH)",
+    "dual_clip": "--actor.dual_clip",
+    "reduction": "--actor.loss_agg_mode",
+}
+_warned: set[str] = set()
+
+
+class OpenRLHFConfigError(ValueError):
+    """An OpenRLHF setting the chosen registry loss cannot honour."""
+
+
+@dataclass(frozen=True)
+class LossPlan:
+    """What a patched ``PolicyLoss`` computes: ``spec(inputs, batch, **hparams)``."""
+
+    policy_loss_type: str
+    spec: LossSpec
+    hparams: Mapping[str, Any]
+
+
+def policy_loss_choices() -> list[str]:
+    """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names."""
+    specs = list_losses()
+    bare = [spec.name for spec in specs if spec.name not in OPENRLHF_OWN]
+    return [*OPENRLHF_OWN, *bare, *(PREFIX + spec.name for spec in specs)]
+
+
+def registry_spec(policy_loss_type: Any) -> Optional[LossSpec]:
+    """The registry loss ``policy_loss_type`` names, or None for OpenRLHF's own ``ppo``/``gspo``.
+
+    Raises OpenRLHFConfigError listing the valid names for anything else.
+    """
+    if policy_loss_type in OPENRLHF_OWN:
+        return None
+    by_name = {spec.name: spec for spec in list_losses()}
+    name = policy_loss_type
+    if isinstance(name, str) and name.startswith(PREFIX):
+        name = name[len(PREFIX) :]
+    spec = by_name.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type!r} is unknown; valid: "
+            f"{', '.join(policy_loss_choices())}"
+        )
+    return spec
+
+
+def _meaning(spec: LossSpec, hparam: str) -> str:
+    if hparam in ("eps_low", "eps_high") and spec.clip_space == "log":
+        return (
+            f"{spec.name} reads it as a LOG-space bound (per-token log ratio clipped to "
+            "[-LOW, HIGH]); the GMPO paper uses 0.4"
+        )
+    if hparam in ("eps_low", "eps_high"):
+        return f"{spec.name} reads it as a ratio-space bound ([1 - LOW, 1 + HIGH])"
+    return f"it is {spec.name}'s {hparam}"
+
+
+def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> Optional[str]:
+    """The ``reduction`` hyper-parameter (losses that have one), after the refusals."""
+    agg = TOKEN_MEAN if token_level_loss else SEQ_MEAN_TOKEN_MEAN
+    if "reduction" in spec.defaults:
+        default = spec.defaults["reduction"]
+        if default not in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN):
+            raise OpenRLHFConfigError(
+                f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type} is defined by its reduction "
+                f"{default!r}, which --actor.loss_agg_mode cannot express (OpenRLHF's PolicyLoss is not "
+                "given the constant length it divides by); use gmpo_plugins.grpo with "
+                "--actor.loss_agg_mode seq-mean-token-mean or token-mean, or OpenRLHF's "
+                "--algo.advantage.estimator dr_grpo"
+            )
+        return agg
+    if spec.sequence_level:
+        if token_level_loss and policy_loss_type not in _warned:
+            _warned.add(policy_loss_type)
+            logger.warning(
+                "gmpo_plugins: --actor.policy_loss_type=%s is sequence-level: its reduction is fixed by the "
+                "method (a per-sequence value, summed over sequences and divided by OpenRLHF's "
+                "global_batch_size), so --actor.loss_agg_mode token-mean (OpenRLHF's default) is treated as "
+                "that per-sequence mean. Pass --actor.loss_agg_mode seq-mean-token-mean to say so and "
+                "silence this warning (OpenRLHF's KL-loss and entropy terms stay token means either way).",
+                policy_loss_type,
+            )
+        return None
+    if not token_level_loss:
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --actor.loss_agg_mode {SEQ_MEAN_TOKEN_MEAN} cannot be expressed by "
+            f"--actor.policy_loss_type={policy_loss_type}: this token-level loss has its reduction fixed "
+            f"by the method; use --actor.loss_agg_mode {TOKEN_MEAN}"
+        )
+    return None
+
+
+def plan_loss(
+    policy_loss_type: str,
+    *,
+    clip_eps_low: Any,
+    clip_eps_high: Any,
+    dual_clip: Any,
+    token_level_loss: Any,
+    is_correction_level: Any,
+) -> Optional[LossPlan]:
+    """The registry loss and hyper-parameters for PolicyLoss's constructor arguments (module
+    docstring), or None for OpenRLHF's own ppo/gspo. Raises OpenRLHFConfigError naming the flag."""
+    spec = registry_spec(policy_loss_type)
+    if spec is None:
+        return None
+    if is_correction_level != "off":
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --algo.advantage.is_correction_level={is_correction_level} is not supported with "
+            f"--actor.policy_loss_type={policy_loss_type}: OpenRLHF applies its train/rollout IS correction "
+            "inside its own ppo loss (a per-token gate with no faithful counterpart for this loss); use "
+            "--algo.advantage.is_correction_level off, or --actor.policy_loss_type ppo"
+        )
+    defaults = spec.defaults
+    params: dict[str, Any] = {}
+    if "eps_low" in defaults:
+        params["eps_low"] = clip_eps_low
+    if "eps_high" in defaults:
+        params["eps_high"] = clip_eps_high
+    if "dual_clip" in defaults:
+        params["dual_clip"] = dual_clip
+    elif dual_clip is not None:
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "
+            f"--actor.policy_loss_type={policy_loss_type} (the loss has no dual clip); leave it unset"
+        )
+    reduction = _reduction(spec, policy_loss_type, bool(token_level_loss))
+    if reduction is not None:
+        params["reduction"] = reduction
+    ratio_space = spec.clip_space == "ratio"
+    for hparam, value in params.items():
+        try:
+            check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
+        except ValueError as exc:
+            raise OpenRLHFConfigError(
+                f"gmpo_plugins: {FLAGS[hparam]}={value!r} is not valid for --actor.policy_loss_type="
+                f"{policy_loss_type}: {_meaning(spec, hparam)} ({exc})"
+            ) from exc
+    return LossPlan(policy_loss_type, spec, params)
+
+
+def batch_info(dp_size: Any, batch_num_tokens: Any, global_batch_size: Any) -> BatchInfo:
+    """``BatchInfo`` from the keywords OpenRLHF passes to ``PolicyLoss.forward``: ``dp_size``
+    a Python int, the two counts 0-d float32 tensors (or None: local means)."""
+    return BatchInfo(
+        dp_size=operator.index(dp_size),
+        global_batch_size=global_batch_size,
+        global_num_tokens=batch_num_tokens,
+    )
+
+
+def check_advantages(
+    spec: LossSpec,
+    policy_loss_type: str,
+    *,
+    estimator: str,
+    gamma: float,
+    kl_use_loss: bool,
+    kl_init_coef: float,
+) -> None:
+    """Refuse OpenRLHF settings whose advantages vary within a sequence for a sequence-level
+    loss (it needs one advantage per sequence): the GAE estimator, ``reinforce`` with
+    gamma != 1, and a KL penalty folded into the per-token reward (``--algo.kl.init_coef > 0``
+    without ``--algo.kl.use_loss``)."""
+    if not spec.sequence_level:
+        return
+    flag = f"--actor.policy_loss_type={policy_loss_type}"
+    if estimator == "gae" or (estimator == "reinforce" and gamma != 1.0):
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: {flag} is sequence-level (one advantage per sequence) but "
+            f"--algo.advantage.estimator {estimator}"
+            + (f" with --algo.advantage.gamma {gamma}" if estimator == "reinforce" else "")
+            + " gives per-token advantages; use group_norm, rloo, reinforce_baseline or dr_grpo"
+        )
+    if kl_init_coef > 0 and not kl_use_loss:
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: {flag} is sequence-level (one advantage per sequence) but --algo.kl.init_coef "
+            f"{kl_init_coef} without --algo.kl.use_loss puts a per-token KL penalty into the rewards, so "
+            "advantages vary within a sequence; add --algo.kl.use_loss (KL as a loss term, as GRPO/GMPO "
+            "do) or set --algo.kl.init_coef 0"
+        )

@@ -1,0 +1,151 @@
+"""Patch ``openrlhf.models.loss.PolicyLoss`` in place so registry losses are policy_loss_types.
+
+OpenRLHF binds the class by name in ``openrlhf.models`` and again in
+``openrlhf.trainer.ray.ppo_actor``; replacing the module attribute would miss those
+bindings, so the class object itself gets a new ``__init__`` and ``forward``:
+
+    __init__(*args, **kwargs)   OpenRLHF's own __init__ (its attributes and checks), then
+                                ``options.plan_loss`` from those attributes: None for
+                                ppo/gspo, else the registry loss and its hyper-parameters
+                                (refusals raise here, at construction)
+    forward(*args, **kwargs)    ppo/gspo: OpenRLHF's own forward with the same arguments
+                                (byte-identical results); a registry loss:
+
+        LossInputs(log_probs (B, A), old_log_probs (B, A), advantages (B, A) or (B,),
+                   mask=action_mask (B, A) int64/bool, all ones when None)
+        BatchInfo(dp_size, global_batch_size, global_num_tokens=batch_num_tokens)
+        out = spec(inputs, batch, **hparams)
+        return (out.loss, out.metrics["clip_frac"], out.metrics["ppo_kl"], None, None)
+
+The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
+the last two are None as in OpenRLHF without IS correction (which is refused for registry
+losses). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
+old - new log-prob over valid tokens) mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean;
+a plugin loss without them reports 0. ``rollout_log_probs`` is not used (it only feeds IS
+correction). The loss math is the registry's; this module only translates.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from types import ModuleType
+from typing import Any, Optional
+
+import torch
+
+from gmpo_plugins.adapters.openrlhf.options import LossPlan, batch_info, plan_loss
+from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
+from gmpo_plugins.core.types import LossInputs
+
+MARKER = "__gmpo_plugins_patched__"
+PLAN = "_gmpo_plugins_plan"
+INIT_PARAMETERS = (
+    "self",
+    "clip_eps_low",
+    "clip_eps_high",
+    "dual_clip",
+    "token_level_loss",
+    "policy_loss_type",
+    "is_correction_level",
+    "is_correction_mode",
+    "is_correction_gating",
+    "is_correction_threshold",
+)
+FORWARD_PARAMETERS = (
+    "self",
+    "log_probs",
+    "old_log_probs",
+    "advantages",
+    "action_mask",
+    "rollout_log_probs",
+    "dp_size",
+    "batch_num_tokens",
+    "global_batch_size",
+)
+
+
+def _check_signatures(cls: type) -> None:
+    for method, expected in (("__init__", INIT_PARAMETERS), ("forward", FORWARD_PARAMETERS)):
+        found = tuple(inspect.signature(getattr(cls, method)).parameters)
+        if found != expected:
+            raise UnsupportedOpenRLHFVersionError(
+                f"gmpo_plugins: openrlhf.models.loss.PolicyLoss.{method} has parameters {found}, not the "
+                f"{expected} of the OpenRLHF versions this adapter supports (openrlhf{SUPPORTED})"
+            )
+
+
+def registry_forward(
+    plan: LossPlan,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    action_mask: Optional[torch.Tensor],
+    dp_size: Any,
+    batch_num_tokens: Any,
+    global_batch_size: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+    """OpenRLHF's PolicyLoss.forward contract computed by ``plan.spec`` (module docstring)."""
+    mask = torch.ones_like(log_probs, dtype=torch.bool) if action_mask is None else action_mask
+    out = plan.spec(
+        LossInputs(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask),
+        batch_info(dp_size, batch_num_tokens, global_batch_size),
+        **plan.hparams,
+    )
+    zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)
+    return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), None, None
+
+
+def patch_policy_loss(module: ModuleType) -> None:
+    """Patch ``module.PolicyLoss`` (the executed ``openrlhf.models.loss``) in place; idempotent.
+
+    Raises UnsupportedOpenRLHFVersionError (naming the supported range) for another
+    OpenRLHF version or PolicyLoss signature.
+    """
+    cls = module.PolicyLoss
+    if cls.__dict__.get(MARKER):
+        return
+    check_version()
+    _check_signatures(cls)
+    original_init, original_forward = cls.__init__, cls.forward
+    forward_signature = inspect.signature(original_forward)
+
+    @functools.wraps(original_init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.__dict__[PLAN] = plan_loss(
+            self.policy_loss_type,
+            clip_eps_low=self.clip_eps_low,
+            clip_eps_high=self.clip_eps_high,
+            dual_clip=self.dual_clip,
+            token_level_loss=self.token_level_loss,
+            is_correction_level=self.is_correction_level,
+        )
+
+    @functools.wraps(original_forward)
+    def forward(self, *args: Any, **kwargs: Any):
+        plan = self.__dict__.get(PLAN)
+        if plan is None:
+            return original_forward(self, *args, **kwargs)
+        bound = forward_signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        return registry_forward(
+            plan,
+            arguments["log_probs"],
+            arguments["old_log_probs"],
+            arguments["advantages"],
+            arguments["action_mask"],
+            arguments["dp_size"],
+            arguments["batch_num_tokens"],
+            arguments["global_batch_size"],
+        )
+
+    cls.__init__ = __init__
+    cls.forward = forward
+    setattr(cls, MARKER, True)
+
+
+def is_patched(cls: type) -> bool:
+    """True when ``cls`` (OpenRLHF's PolicyLoss) carries this patch."""
+    return bool(cls.__dict__.get(MARKER))
