@@ -12,7 +12,11 @@ from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
 from gmpo_plugins.core.kernels.sequence import fused_geometric_mean_loss, fused_gspo_loss
 from gmpo_plugins.core.kernels.stats import RowStats
 
+FUSED_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
+"""Built-in losses with a fused path; their functions take ``impl`` ("eager" = oracle)."""
+
 __all__ = [
+    "FUSED_LOSSES",
     "IMPLS",
     "RowStats",
     "check_impl",

@@ -19,9 +19,15 @@ Backward, given g_i = dLoss/dsum_clipped_i (B,):
 Blocks of about ``BLOCK_ELEMENTS`` elements keep every float temporary small and in
 cache, so the extra memory of a call is the 1-byte ``active`` mask, O(B) outputs and
 one bounded workspace, and nothing of size (B, T) in float is saved for backward.
+
+Invalid input that ``validate=True`` rejects behaves differently from the eager path: a
+NaN log ratio at a valid position counts as 0 here (eager: NaN loss), and a non-finite
+per-row coefficient gives NaN instead of 0 on that row's inactive tokens.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -46,22 +52,38 @@ def _forward_block(
     active: torch.Tensor,
     out: torch.Tensor,
 ) -> None:
-    """Fill ``active`` (rows, T) and the 7 statistics ``out`` (7, rows) of one block."""
+    """Fill ``active`` (rows, T) and the 7 statistics ``out`` (7, rows) of one block.
+
+    Only float arithmetic on (rows, T) (comparisons write float 0/1), because torch's CPU
+    kernels with boolean operands are several times slower than the float ones:
+
+        m    = mask as 0/1 float
+        r    = nan_to_num(m * (log_probs - old_log_probs))  0 on padding, even NaN/inf padding
+        c    = min(max(r, lo), hi)                          padding stays 0 (lo < 0 < hi)
+        d    = sign(c - r)                                  +1 below lo, -1 above hi, 0 inside
+        active = m - |d|
+        below, above = (sum |d| + sum d) / 2, (sum |d| - sum d) / 2
+        raw_min, raw_max = min, max of r +- BIG * (1 - m)   (BIG = finfo.max; +-inf if empty)
+    """
     dtype = out.dtype
-    m = mask if mask.dtype == torch.bool else mask != 0
-    r = log_probs.to(dtype) - old_log_probs.to(dtype)
-    lo, hi = lo[:, None], hi[:, None]
-    outside = ~m
-    torch.ge(r, lo, out=active)
-    active &= r <= hi
-    active &= m
-    torch.sum((r < lo) & m, dim=-1, out=out[3])
-    torch.sum((r > hi) & m, dim=-1, out=out[4])
-    torch.amin(r.masked_fill(outside, float("inf")), dim=-1, out=out[5])
-    torch.amax(r.masked_fill(outside, float("-inf")), dim=-1, out=out[6])
-    torch.sum(torch.clamp(r, lo, hi).masked_fill_(outside, 0.0), dim=-1, out=out[0])
-    torch.sum(r.masked_fill_(outside, 0.0), dim=-1, out=out[1])
-    torch.sum(m, dim=-1, out=out[2])
+    valid = (mask if mask.dtype == torch.bool else mask != 0).view(torch.uint8).to(dtype)
+    r = torch.sub(log_probs.to(dtype), old_log_probs.to(dtype))
+    r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    c = torch.maximum(r, lo[:, None])
+    torch.minimum(c, hi[:, None], out=c)
+    torch.sum(c, dim=-1, out=out[0])
+    torch.sum(r, dim=-1, out=out[1])
+    torch.sum(valid, dim=-1, out=out[2])
+    side = c.sub_(r).sign_()
+    signed = side.sum(-1)
+    outside = side.abs_().sum(-1)
+    torch.mul(outside + signed, 0.5, out=out[3])
+    torch.mul(outside - signed, 0.5, out=out[4])
+    active.copy_(torch.sub(valid, side, out=side))
+    invalid = torch.rsub(valid, 1.0)
+    big = torch.finfo(dtype).max
+    torch.amin(torch.add(r, invalid, alpha=big, out=side), dim=-1, out=out[5])
+    torch.amax(torch.add(r, invalid, alpha=-big, out=side), dim=-1, out=out[6])
 
 
 def forward(
@@ -77,13 +99,15 @@ def forward(
     for start in range(0, batch, step):
         rows = slice(start, min(batch, start + step))
         _forward_block(log_probs[rows], old_log_probs[rows], mask[rows], lo[rows], hi[rows], active[rows], out[:, rows])
+    empty = out[2] == 0
+    out[5].masked_fill_(empty, math.inf)
+    out[6].masked_fill_(empty, -math.inf)
     return out, active
 
 
 def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """grad (B, T) in ``dtype``: coef_i where active, exactly 0 elsewhere (even for an
-    infinite coef_i, as autograd through ``torch.where``/``clamp`` gives)."""
+    """grad (B, T) in ``dtype``: active_t * coef_i, multiplied in the compute dtype and
+    rounded once. (A non-finite coef_i, i.e. a non-finite loss, gives NaN on the row's
+    inactive tokens where the eager path gives 0.)"""
     grad = torch.empty(active.shape, dtype=dtype, device=active.device)
-    zero = torch.zeros((), dtype=dtype, device=active.device)
-    torch.where(active, coef.to(dtype)[:, None], zero, out=grad)
-    return grad
+    return grad.copy_(active.view(torch.uint8)).mul_(coef[:, None])

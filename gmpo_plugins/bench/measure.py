@@ -1,0 +1,69 @@
+"""Timing and peak-memory measurement of one forward+backward callable.
+
+Time: median wall-clock over ``repeats`` calls after one warm-up call; on CUDA each call
+is bracketed by ``torch.cuda.synchronize()``.
+
+Peak extra memory: the highest number of bytes allocated by tensors during one call,
+above what was allocated when it started, minus the ``expected`` bytes the call must
+keep (the gradient). CUDA: ``torch.cuda.max_memory_allocated``. CPU: torch has no
+allocator statistics, so the call runs once more under ``torch.profiler`` with
+``profile_memory=True`` and the allocation/free events of torch's CPU allocator are
+summed in time order (tensor storages only; the interpreter and non-torch buffers are
+not counted, allocator caching is not modelled).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _cpu_peak_bytes(fn: Callable[[], object]) -> Optional[int]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None:
+        return None
+    events = sorted((e.start_ns(), e.nbytes()) for e in results.events() if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: torch.device, expected: int) -> Optional[int]:
+    """Peak bytes allocated during ``fn()`` beyond the start, minus ``expected``; None when
+    the CPU profiler gives no memory events."""
+    if device.type == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        _sync(device)
+        return torch.cuda.max_memory_allocated(device) - base - expected
+    peak = _cpu_peak_bytes(fn)
+    return None if peak is None else peak - expected

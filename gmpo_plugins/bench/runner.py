@@ -1,0 +1,193 @@
+"""Run the bench grid: every (shape, dtype) x loss x variant, plus scaling and targets.
+
+Result (JSON-serialisable dict):
+
+    machine   platform, torch version, threads, device name
+    config    the BenchConfig
+    rows      one per measurement: loss, variant, batch, length, tokens, dtype, median_ms,
+              ns_per_token, x_floor, x_eager, extra_bytes, extra_bytes_per_token
+    scaling   per (loss, variant, dtype): ns/token at each shape and max/min across them
+    targets   the issue's targets for gmpo at the largest shape, with measured values
+    notes     what was skipped and how memory was measured
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from gmpo_plugins.bench import measure, variants
+from gmpo_plugins.core.registry import get_loss
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+DEFAULT_SHAPES = ((64, 1024), (256, 4096), (512, 8192))
+TARGET_CPU_SPEEDUP = 8.0
+TARGET_CPU_FLOOR = 10.0
+TARGET_CUDA_FLOOR = 2.0
+ROW_ALLOWANCE = 1024  # bytes per sequence counted as "O(B)" in the memory target
+
+
+@dataclass
+class BenchConfig:
+    losses: list[str]
+    shapes: list[tuple[int, int]] = field(default_factory=lambda: list(DEFAULT_SHAPES))
+    dtypes: list[str] = field(default_factory=lambda: ["fp32", "bf16"])
+    device: str = "cpu"
+    repeats: int = 5
+
+
+def _machine(device: torch.device) -> dict:
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": device.type,
+    }
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def _row(loss: str, variant: str, shape, dtype: str, seconds: float, extra: Optional[int]) -> dict:
+    tokens = shape[0] * shape[1]
+    return {
+        "loss": loss,
+        "variant": variant,
+        "batch": shape[0],
+        "length": shape[1],
+        "tokens": tokens,
+        "dtype": dtype,
+        "median_ms": seconds * 1e3,
+        "ns_per_token": seconds * 1e9 / tokens,
+        "extra_bytes": extra,
+        "extra_bytes_per_token": None if extra is None else extra / tokens,
+    }
+
+
+def _scaling(rows: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["loss"], row["variant"], row["dtype"]), []).append(row)
+    out = []
+    for (loss, variant, dtype), items in groups.items():
+        per_token = {f"{r['batch']}x{r['length']}": r["ns_per_token"] for r in items}
+        values = list(per_token.values())
+        out.append({"loss": loss, "variant": variant, "dtype": dtype, "ns_per_token": per_token,
+                    "max_over_min": max(values) / min(values)})
+    return out
+
+
+def _targets(rows: list[dict], device: torch.device) -> list[dict]:
+    gmpo = [r for r in rows if r["loss"] == "gmpo" and r["dtype"] == "fp32"]
+    if not gmpo:
+        return []
+    largest = max(r["tokens"] for r in gmpo)
+    at = {r["variant"]: r for r in gmpo if r["tokens"] == largest}
+    fused, eager = at.get("fused"), at.get("eager")
+    shape = f"{fused['batch']}x{fused['length']}" if fused else "?"
+    targets = []
+    if fused and eager and device.type == "cpu":
+        speedup = eager["median_ms"] / fused["median_ms"]
+        targets.append({"target": f"CPU gmpo fp32 {shape}: fused >= {TARGET_CPU_SPEEDUP:g}x faster than eager",
+                        "measured": f"{speedup:.1f}x", "met": speedup >= TARGET_CPU_SPEEDUP})
+    if fused:
+        limit = TARGET_CPU_FLOOR if device.type == "cpu" else TARGET_CUDA_FLOOR
+        targets.append({"target": f"{device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor",
+                        "measured": f"{fused['x_floor']:.1f}x", "met": fused["x_floor"] <= limit})
+        extra = fused["extra_bytes"]
+        if extra is not None:
+            allowed = fused["tokens"] + ROW_ALLOWANCE * fused["batch"]
+            targets.append({
+                "target": f"gmpo fp32 {shape}: peak extra memory <= 1 byte/token + {ROW_ALLOWANCE} bytes/sequence",
+                "measured": f"{extra / fused['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
+                "met": extra <= allowed,
+            })
+        if "launches" in fused:
+            targets.append({"target": "CUDA gmpo: kernel launches per forward+backward (target <= 2)",
+                            "measured": str(fused["launches"]), "met": fused["launches"] <= 2})
+    return targets
+
+
+def _cuda_launches(fn: Callable[[], None]) -> Optional[int]:
+    """Kernels launched by one call on CUDA (torch.profiler), None if unavailable."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    except Exception:  # noqa: BLE001 - the count is informative only
+        return None
+
+
+def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda message: None) -> dict:
+    """Measure every (shape, dtype, loss, variant) of ``config``; see the module docstring."""
+    device = torch.device(config.device)
+    specs = [get_loss(name) for name in config.losses]
+    notes = [
+        "time: median of forward+backward over the repeats after one warm-up call",
+        "floor: torch.where(mask, log_probs, old_log_probs) into a new tensor (one read of the "
+        "inputs, one write of a gradient-sized tensor)",
+        "extra memory: peak bytes allocated during forward+backward minus the gradient; "
+        + ("torch.cuda.max_memory_allocated" if device.type == "cuda"
+           else "CPU: torch.profiler allocation events of torch's CPU allocator, summed in time order"),
+        "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
+    ]
+    rows: list[dict] = []
+    verl_note = None
+    for dtype_name in config.dtypes:
+        dtype = DTYPES[dtype_name]
+        for shape in config.shapes:
+            case = variants.make_case(shape[0], shape[1], dtype, device)
+            grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
+            label = f"{shape[0]}x{shape[1]} {dtype_name}"
+
+            def measure_one(loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
+                progress(f"{label} {loss} {variant}")
+                seconds = measure.median_seconds(fn, device, config.repeats)
+                row = _row(loss, variant, shape, dtype_name, seconds, measure.peak_extra_bytes(fn, device, expected))
+                if device.type == "cuda" and loss == "gmpo" and variant == "fused":
+                    row["launches"] = _cuda_launches(fn)
+                return row
+
+            floor_row = measure_one("(floor)", "floor", variants.floor(case), grad_bytes)
+            floor_row["x_floor"], floor_row["x_eager"] = 1.0, None
+            group = [floor_row]
+            for spec in specs:
+                fused_row = measure_one(spec.name, "fused", variants.fused(spec, case), grad_bytes)
+                loss_rows = [fused_row]
+                eager_row = None
+                if variants.has_eager(spec):
+                    eager_row = measure_one(spec.name, "eager", variants.eager(spec, case), grad_bytes)
+                    loss_rows.append(eager_row)
+                if spec.name == "gmpo":
+                    fn, why = variants.verl_geo_mean(case)
+                    if fn is None:
+                        verl_note = why
+                    else:
+                        loss_rows.append(measure_one("gmpo", "verl geo_mean", fn, grad_bytes))
+                for row in loss_rows:
+                    row["x_floor"] = row["median_ms"] / floor_row["median_ms"]
+                    row["x_eager"] = None if eager_row is None else row["median_ms"] / eager_row["median_ms"]
+                if eager_row is None:
+                    fused_row["variant"] = "registry (no fused path)"
+                group.extend(loss_rows)
+            rows.extend(group)
+            del case
+    if verl_note:
+        notes.append(verl_note)
+    return {
+        "machine": _machine(device),
+        "config": asdict(config),
+        "rows": rows,
+        "scaling": _scaling(rows),
+        "targets": _targets(rows, device),
+        "notes": notes,
+    }
