@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from gmpo_plugins.cli import list_cmd
+from gmpo_plugins.cli import bench_cmd, list_cmd
 
 
 class UsageError(Exception):
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gmpo-plugins", description="GMPO-family policy losses for LLM RL.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     list_cmd.add_parser(commands)
+    bench_cmd.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,101 @@
+"""``gmpo-plugins bench``: forward+backward time and peak extra memory of registry losses.
+
+    gmpo-plugins bench [--losses gmpo,grpo] [--shapes 64x1024,256x4096,512x8192]
+                       [--dtypes fp32,bf16] [--device cpu|cuda] [--repeats N]
+                       [--threads N] [--json PATH] [--markdown]
+
+Each loss runs fused (the registry path) and, where it has one, eager (the oracle),
+next to verl's built-in geo_mean (when verl is importable) and the floor; see
+``gmpo_plugins.bench``. Bad values: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("bench", help="time and memory of the losses' forward+backward")
+    parser.add_argument("--losses", default="", help="comma-separated loss names (default: all registered)")
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated BxT (default {DEFAULT_SHAPES})")
+    parser.add_argument("--dtypes", default="fp32,bf16", help="comma-separated among fp32, bf16, fp16, fp64")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--repeats", default="5", help="timed calls per measurement (median), default 5")
+    parser.add_argument("--threads", default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables instead of rich ones")
+    parser.set_defaults(run=run)
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _positive_int(name: str, text: str, usage_error) -> int:
+    if not re.fullmatch(r"\s*\d+\s*", str(text)) or int(text) < 1:
+        raise usage_error(f"{name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def parse_config(args: argparse.Namespace):
+    """BenchConfig from the command line; UsageError naming the bad option."""
+    import torch
+
+    from gmpo_plugins.bench.runner import DTYPES, BenchConfig
+    from gmpo_plugins.cli.main import UsageError
+    from gmpo_plugins.core.registry import UnknownLossError, list_losses
+
+    losses = _items(args.losses) or [spec.name for spec in list_losses()]
+    for name in losses:
+        try:
+            from gmpo_plugins.core.registry import get_loss
+
+            get_loss(name)
+        except UnknownLossError as exc:
+            raise UsageError(f"--losses: {exc}") from None
+    shapes = []
+    for item in _items(args.shapes):
+        match = re.fullmatch(r"(\d+)x(\d+)", item)
+        if not match or min(int(match[1]), int(match[2])) < 1:
+            raise UsageError(f"--shapes: expected comma-separated BxT with B, T >= 1 (e.g. 64x1024), got {item!r}")
+        shapes.append((int(match[1]), int(match[2])))
+    if not shapes:
+        raise UsageError("--shapes: expected at least one BxT")
+    dtypes = _items(args.dtypes)
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"--dtypes: expected comma-separated values among {list(DTYPES)}, got {args.dtypes!r}")
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError(f"--device: expected cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device: cuda requested but torch.cuda.is_available() is False")
+    repeats = _positive_int("--repeats", args.repeats, UsageError)
+    if args.threads is not None:
+        torch.set_num_threads(_positive_int("--threads", args.threads, UsageError))
+    if args.json is not None:
+        parent = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--json: directory {parent!r} does not exist")
+    return BenchConfig(losses=losses, shapes=shapes, dtypes=dtypes, device=args.device, repeats=repeats)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = parse_config(args)
+    from gmpo_plugins.bench import run_bench
+    from gmpo_plugins.bench.report import print_rich, to_markdown
+
+    result = run_bench(config, progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True))
+    if args.markdown:
+        print(to_markdown(result), end="")
+    else:
+        print_rich(result)
+    if args.json is not None:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    return 0
