@@ -3,6 +3,7 @@
 
     nox               every session (the README's test command, run by CI)
     nox -s core       the framework-agnostic core only
+    nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
 
@@ -24,6 +25,18 @@ def core(session: nox.Session) -> None:
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+    bench_json = f"{session.create_tmp()}/bench.json"
+    session.run("gmpo-plugins", "bench", "--shapes", "8x64,32x256", "--dtypes", "fp32,bf16", "--repeats", "2",
+                "--json", bench_json)
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """The Triton kernels of core/kernels against the eager oracle, in Triton's CPU
+    interpreter (TRITON_INTERPRET=1; on a CUDA machine, run the same tests without it)."""
+    session.install(TORCH)
+    session.install("-e", ".[test]", "triton")
+    session.run("pytest", "tests/core/test_kernels.py", *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
 @nox.session
