@@ -42,7 +42,8 @@ def test_composed_gmpo_config_is_valid_and_reaches_our_loss(model, actor_config,
     assert loss.requires_grad
 
     # what the loss received: log-space eps from clip_ratio_*, the engine's global counts
-    assert hparams_from_config(get_loss("gmpo"), config, config.loss_agg_mode, "gmpo") == {"eps_low": 0.4, "eps_high": 0.4}
+    hparams = hparams_from_config(get_loss("gmpo"), config, config.loss_agg_mode, "gmpo")
+    assert hparams == {"eps_low": 0.4, "eps_high": 0.4}
     batch = batch_info_from_config(config)
     assert (batch.dp_size, batch.global_batch_size, batch.global_num_tokens) == (
         1,
@@ -88,7 +89,7 @@ def test_nonpositive_clip_ratio_low_for_gmpo_is_a_clear_error(model, actor_confi
     [
         ("gmpo", {"loss_agg_mode": "token-sum"}, "loss_agg_mode=seq-mean-token-mean"),
         ("gmpo_plugins.gspo", {"loss_agg_mode": "seq-mean-token-sum"}, "loss_agg_mode=seq-mean-token-mean"),
-        ("grpo", {"loss_agg_mode": "token-sum"}, "one of ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm']"),
+        ("grpo", {"loss_agg_mode": "token-sum"}, "['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm']"),
         ("grpo", {"clip_ratio_low": 1.0}, "actor_rollout_ref.actor.clip_ratio_low=1.0"),
         ("grpo", {"clip_ratio_c": 1.0}, "actor_rollout_ref.actor.clip_ratio_c=1.0"),
         ("dr_grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 0}, "loss_scale_factor=0"),
@@ -110,7 +111,8 @@ def test_null_clip_ratio_low_falls_back_to_clip_ratio_as_verl_does(actor_config)
 
 def test_token_level_advantages_are_refused_by_sequence_level_losses(model, actor_config, rollout):
     padded = rollout.td.clone()
-    padded["advantages"] = padded["advantages"] + 0.5 * torch.arange(padded["advantages"].shape[1]) * padded["response_mask"]
+    ramp = 0.5 * torch.arange(padded["advantages"].shape[1])
+    padded["advantages"] = padded["advantages"] + ramp * padded["response_mask"]
     micro_batch = engine.engine_batch(padded)
     config = actor_config("gmpo", clip_ratio_low=0.4, clip_ratio_high=0.4, loss_agg_mode="seq-mean-token-mean")
     with pytest.raises(ValueError, match="advantages: this loss is sequence-level"):

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
 
@@ -23,7 +24,8 @@ PROBE = """
 import json, sys
 import verl
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-before = {name: getattr(POLICY_LOSS_REGISTRY.get(name), "__gmpo_plugins_loss__", None) for name in ("gmpo", "gmpo_plugins.gspo")}
+names = ("gmpo", "gmpo_plugins.gspo")
+before = {name: getattr(POLICY_LOSS_REGISTRY.get(name), "__gmpo_plugins_loss__", None) for name in names}
 if len(sys.argv) > 1:
     from verl.utils.import_utils import import_external_libs
     import_external_libs(sys.argv[1])
@@ -120,3 +122,16 @@ def test_name_table_tells_which_name_to_use():
     assert set(lines) == {spec.name for spec in list_losses()}
     assert "gmpo  or  gmpo_plugins.gmpo" in lines["gmpo"]
     assert lines["gspo"].split()[1] == "gmpo_plugins.gspo" and "verl's built-in" in lines["gspo"]
+
+
+def test_a_failing_registration_is_logged_before_verl_swallows_it(monkeypatch, caplog):
+    import gmpo_plugins.adapters.verl as adapter
+
+    def broken():
+        raise RuntimeError("broken plugin")
+
+    monkeypatch.setattr(adapter, "register_losses", broken)
+    with pytest.raises(RuntimeError, match="broken plugin"):
+        adapter._register()
+    assert any("registering the gmpo-plugins losses into verl failed" in r.getMessage() for r in caplog.records)
+    assert any(r.levelname == "ERROR" and "broken plugin" in (r.exc_text or "") for r in caplog.records)

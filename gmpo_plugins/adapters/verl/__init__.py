@@ -20,9 +20,24 @@ Modules: ``options`` (config fields -> hyper-parameters and BatchInfo, refusals)
 
 from __future__ import annotations
 
+import logging
+
 from gmpo_plugins.adapters.verl.options import VerlConfigError
 from gmpo_plugins.adapters.verl.registration import PREFIX, VerlName, is_ours, register_losses
 
 __all__ = ["PREFIX", "VERL_NAMES", "VerlConfigError", "VerlName", "is_ours", "register_losses"]
 
-VERL_NAMES: list[VerlName] = register_losses()
+logger = logging.getLogger(__name__)
+
+
+def _register() -> list[VerlName]:
+    """register_losses(), logging a failure (ERROR, with traceback) before re-raising: verl
+    logs a failing entry point only at DEBUG, leaving just "Unsupported loss mode: gmpo"."""
+    try:
+        return register_losses()
+    except Exception:
+        logger.exception("gmpo_plugins: registering the gmpo-plugins losses into verl failed")
+        raise
+
+
+VERL_NAMES: list[VerlName] = _register()
