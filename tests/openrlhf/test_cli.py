@@ -1,0 +1,138 @@
+"""``gmpo-openrlhf``: OpenRLHF's train_ppo_ray parser with registry names, usage errors for
+refused settings, the runtime env handed to ``ray.init``; the light Python API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gmpo_plugins.adapters.openrlhf import HOOK, hook, runtime_env, version
+from gmpo_plugins.adapters.openrlhf.cli import main, parse_args
+
+GROUP = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2", "--algo.kl.use_loss"]
+OPENRLHF_ENV_VARS = {"TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"}
+
+
+class _RayInitCalled(Exception):
+    pass
+
+
+def record_ray_init(monkeypatch, argv):
+    """Run ``main(argv)`` up to OpenRLHF's ``ray.init`` and return the kwargs it got."""
+    import ray
+
+    seen = {}
+
+    def fake_init(*args, **kwargs):
+        seen.update(kwargs)
+        raise _RayInitCalled
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    with pytest.raises(_RayInitCalled):
+        main(argv)
+    return seen
+
+
+def test_parses_registry_names(loss_module):
+    args = parse_args(["--actor.policy_loss_type", "gmpo", "--actor.eps_clip_low_high", "0.4", "0.4", *GROUP])
+    assert getattr(args, "actor.policy_loss_type") == "gmpo"
+    assert getattr(args, "actor.eps_clip_low_high") == [0.4, 0.4]
+    args = parse_args(["--actor.policy_loss_type", "gmpo_plugins.gspo", "--actor.loss_agg_mode",
+                       "seq-mean-token-mean", *GROUP])
+    assert getattr(args, "actor.policy_loss_type") == "gmpo_plugins.gspo"
+    assert getattr(parse_args(["--actor.policy_loss_type", "ppo"]), "actor.policy_loss_type") == "ppo"
+
+
+def test_unknown_name_is_rejected_listing_the_valid_ones(loss_module, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--actor.policy_loss_type", "gmpoo", *GROUP])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --actor.policy_loss_type: invalid choice: 'gmpoo'" in err
+    for name in ("ppo", "gspo", "gmpo", "gmpo_seqclip", "grpo", "gmpo_plugins.gspo"):
+        assert f"'{name}'" in err or f" {name}," in err or f" {name})" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--actor.policy_loss_type", "gmpo", *GROUP, "--algo.advantage.is_correction_level", "token"],
+         "--algo.advantage.is_correction_level=token is not supported"),
+        (["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss"],
+         "--algo.advantage.estimator gae gives per-token advantages"),
+        (["--actor.policy_loss_type", "gmpo", *GROUP[:4]],
+         "--algo.kl.init_coef 0.01 without --algo.kl.use_loss"),
+        (["--actor.policy_loss_type", "gmpo", *GROUP, "--actor.dual_clip", "3"], "--actor.dual_clip=3.0 is not"),
+        (["--actor.policy_loss_type", "grpo", *GROUP, "--actor.eps_clip", "1.2"],
+         "--actor.eps_clip_low_high (LOW)=1.2 is not valid"),
+    ],
+)
+def test_refused_settings_are_usage_errors(loss_module, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_main_runs_openrlhfs_entry_point_with_the_hook_in_rays_runtime_env(loss_module, monkeypatch):
+    seen = record_ray_init(monkeypatch, ["--actor.policy_loss_type", "gmpo", *GROUP])
+    env = seen["runtime_env"]
+    assert env["worker_process_setup_hook"] == HOOK
+    assert set(env["env_vars"]) == OPENRLHF_ENV_VARS  # OpenRLHF's own runtime env, kept
+
+
+def test_main_rejects_an_unknown_name(loss_module, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--actor.policy_loss_type", "nope"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_runtime_env_merges_once():
+    base = {"env_vars": {"A": "1"}, "pip": ["x"]}
+    merged = runtime_env(base)
+    assert merged == {**base, "worker_process_setup_hook": HOOK} and "worker_process_setup_hook" not in base
+    assert runtime_env(merged) == merged
+    assert runtime_env() == {"worker_process_setup_hook": HOOK}
+    with pytest.raises(ValueError, match="already sets worker_process_setup_hook='my.hook'"):
+        runtime_env({"worker_process_setup_hook": "my.hook"})
+
+
+def test_runtime_env_leaves_the_hook_to_a_ray_job_env_that_carries_it(monkeypatch):
+    from ray.runtime_env.runtime_env import _merge_runtime_env
+
+    job_env = {"worker_process_setup_hook": HOOK, "env_vars": {"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": HOOK}}
+    monkeypatch.setenv(hook.JOB_CONFIG_ENV, json.dumps({"runtime_env": job_env, "metadata": {}}))
+    ours = runtime_env({"env_vars": {"NCCL_DEBUG": "WARN"}})
+    assert "worker_process_setup_hook" not in ours
+    merged = _merge_runtime_env(job_env, ours)  # what ray.init does under `ray job submit`
+    assert merged is not None and merged["worker_process_setup_hook"] == HOOK
+    assert _merge_runtime_env(job_env, {**ours, "worker_process_setup_hook": HOOK}) is None  # the duplicate conflicts
+    monkeypatch.setenv(hook.JOB_CONFIG_ENV, json.dumps({"runtime_env": {"worker_process_setup_hook": "other.hook"}}))
+    with pytest.raises(ValueError, match="the Ray job's runtime env already sets"):
+        runtime_env({})
+
+
+def test_install_and_worker_hook_import_nothing_heavy_and_patch_on_import():
+    code = (
+        "import sys\n"
+        "from gmpo_plugins.adapters.openrlhf import install, runtime_env, setup_worker\n"
+        "install(); setup_worker(); runtime_env({})\n"
+        "heavy = [m for m in ('openrlhf', 'deepspeed', 'ray', 'transformers', 'vllm') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from openrlhf.models import PolicyLoss\n"
+        "assert PolicyLoss.__dict__['__gmpo_plugins_patched__']\n"
+        "assert not [m for m in sys.modules if m.startswith(('openrlhf.trainer', 'openrlhf.cli', 'ray'))]\n"
+        "print('OK')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+
+
+def test_main_reports_an_unsupported_version(monkeypatch):
+    monkeypatch.setattr(version, "installed_version", lambda: "0.11.1")
+    with pytest.raises(SystemExit, match=r"OpenRLHF 0\.11\.1 is not supported .* openrlhf>=0\.11\.2,<0\.12"):
+        main(["--actor.policy_loss_type", "gmpo"])

@@ -1,0 +1,55 @@
+"""A local Ray cluster started with the runtime env ``gmpo-openrlhf`` builds: an actor (a
+separate worker process that imports OpenRLHF itself, as PolicyModelActor does) sees the
+patched PolicyLoss and computes the core's gmpo loss. One test: starting Ray is slow."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from gmpo_plugins import BatchInfo, LossInputs, get_loss
+from tests.openrlhf.batches import openrlhf_batch
+from tests.openrlhf.test_cli import GROUP, record_ray_init
+
+
+def test_ray_worker_sees_the_patched_policy_loss(loss_module, monkeypatch):
+    import ray
+
+    real_init = ray.init
+    kwargs = record_ray_init(monkeypatch, ["--actor.policy_loss_type", "gmpo", *GROUP])
+    monkeypatch.setattr(ray, "init", real_init)
+    assert not ray.is_initialized()
+    ray.init(num_cpus=2, include_dashboard=False, **kwargs)
+    try:
+
+        @ray.remote(num_cpus=1)
+        class Probe:  # defined here so Ray ships it by value
+            def run(self, tensors):
+                import os
+                import sys
+
+                finder_installed = any(type(f).__name__ == "_PostImportFinder" for f in sys.meta_path)
+                imported_before = "openrlhf.models.loss" in sys.modules
+                from openrlhf.models import PolicyLoss
+
+                loss = PolicyLoss(0.4, 0.4, token_level_loss=False, policy_loss_type="gmpo")(*tensors)[0]
+                return {
+                    "pid": os.getpid(),
+                    "finder_installed": finder_installed,
+                    "imported_before": imported_before,
+                    "patched": bool(PolicyLoss.__dict__.get("__gmpo_plugins_patched__")),
+                    "loss": float(loss),
+                }
+
+        batch = openrlhf_batch(8)
+        tensors = (batch.log_probs.detach(), batch.old_log_probs, batch.advantages, batch.action_mask)
+        result = ray.get(Probe.remote().run.remote(tensors), timeout=240)
+    finally:
+        ray.shutdown()
+
+    assert result["pid"] != os.getpid()
+    assert result["finder_installed"] and not result["imported_before"] and result["patched"]
+    expected = get_loss("gmpo")(LossInputs(*tensors[:3], tensors[3].bool()), BatchInfo(), eps_low=0.4, eps_high=0.4)
+    assert abs(result["loss"] - float(expected.loss)) <= 1e-6
+    assert torch.isfinite(expected.loss)
