@@ -6,10 +6,13 @@
     nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
+    nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step, gmpo-openrlhf, Ray, on CPU)
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
 """
+
+import os
 
 import nox
 
@@ -55,3 +58,39 @@ def verl(session: nox.Session) -> None:
     session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *session.posargs)
+
+
+# openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build
+# fails on CPU: installed below from its Python sources only) and the vllm/liger/ring extras
+OPENRLHF = "openrlhf==0.11.2"
+OPENRLHF_REQUIREMENTS = (
+    "accelerate", "aiohttp", "bitsandbytes", "datasets", "deepspeed==0.19.6", "einops", "grpcio>=1.74.0",
+    "huggingface-hub>=1.0.0", "isort", "jsonlines", "loralib", "optimum", "optree>=0.15.0", "packaging", "peft",
+    "pylatexenc", "pynvml>=12.0.0", "ray[default]==2.55.0", "sympy", "tensorboard", "torchdata", "torchmetrics",
+    "tqdm", "transformers==5.15.0", "transformers-stream-generator", "wandb", "wheel",
+)
+
+
+@nox.session
+def openrlhf(session: nox.Session) -> None:
+    """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
+    byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker.
+
+    CPU install: openrlhf without its dependencies, then those with torch held at TORCH,
+    then flash-attn's Python sources only (no CUDA build). tests/openrlhf/shims (on
+    PYTHONPATH for the tests only) stands in for the CUDA-only flash_attn_2_cuda and vllm.
+    Never install triton here (OpenRLHF would take its Triton cross-entropy path).
+    """
+    session.install(TORCH)
+    session.install("--no-deps", OPENRLHF)
+    constraints = os.path.join(session.create_tmp(), "torch-constraint.txt")
+    with open(constraints, "w") as handle:
+        handle.write(TORCH + "\n")
+    session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
+    session.install(
+        "--no-build-isolation", "--no-deps", "flash-attn==2.8.3",
+        env={"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
+    )
+    session.install("-c", constraints, "-e", ".[test]")
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
+    session.run("pytest", "tests/openrlhf", *session.posargs, env={"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"})
