@@ -13,6 +13,7 @@ from verl.workers.utils.losses import ppo_loss
 
 from gmpo_plugins import get_loss
 from gmpo_plugins.adapters.verl import VerlConfigError, is_ours
+from gmpo_plugins.adapters.verl import options
 from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
 
 from . import engine
@@ -52,7 +53,10 @@ def test_composed_gmpo_config_is_valid_and_reaches_our_loss(model, actor_config,
     )
 
 
-def test_verl_default_token_mean_warns_once_for_sequence_level_losses(model, actor_config, micro_batch, caplog):
+def test_verl_default_token_mean_warns_once_for_sequence_level_losses(
+    model, actor_config, micro_batch, caplog, monkeypatch
+):
+    monkeypatch.setattr(options, "_warned", set())  # a fresh process
     config = actor_config("gmpo_nonorm")  # verl's default loss_agg_mode: token-mean
     assert config.loss_agg_mode == "token-mean"
     with caplog.at_level(logging.WARNING, logger=ADAPTER_LOGGER):
