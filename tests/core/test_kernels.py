@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, select_backend
-from gmpo_plugins.core.kernels import rowsum_torch
+from gmpo_plugins.core.kernels import rowsum_torch, token
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
-FUSED_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
+SEQUENCE_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
+TOKEN_LOSSES = ("grpo", "dapo", "dr_grpo")
+FUSED_LOSSES = SEQUENCE_LOSSES + TOKEN_LOSSES
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
 
 TRITON_RUNS = triton_importable() and (torch.cuda.is_available() or triton_interpreter())
@@ -75,7 +77,11 @@ def cases(draw, max_batch: int = 6, max_length: int = 40, dtypes=(torch.float32,
         hparams["kl_beta"] = draw(st.sampled_from([0.0, 0.05]))
     hparams["log_ratio_bound"] = draw(st.sampled_from([20.0, 0.3, 60.0]))
     eps = draw(st.sampled_from([(0.4, 0.4), (0.2, 0.28), (0.05, 50.0)]))
-    batch = draw(st.sampled_from([BatchInfo(), BatchInfo(dp_size=2, global_batch_size=3 * batch_size)]))
+    batch = draw(st.sampled_from([BatchInfo(), BatchInfo(dp_size=2, global_batch_size=3 * batch_size,
+                                                         global_num_tokens=5 * batch_size * length)]))
+    hparams["reduction"] = draw(st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
+    hparams["dual_clip"] = draw(st.sampled_from([None, 3.0]))
+    hparams["norm_length"] = draw(st.sampled_from([None, 7]))
     inputs = LossInputs(
         log_probs=(old + log_ratio).to(dtype),
         old_log_probs=old.to(dtype),
@@ -91,7 +97,7 @@ def _params(name: str, hparams: dict, eps: tuple[float, float]) -> dict:
     spec = get_loss(name)
     params = {**spec.defaults, **{k: v for k, v in hparams.items() if k in spec.defaults}}
     if "eps_low" in spec.defaults:
-        low, high = eps if spec.clip_space == "log" else (eps[0] / 1000, eps[1] / 1000)
+        low, high = (eps[0] / 1000, eps[1] / 1000) if name == "gspo" else eps
         params.update(eps_low=low, eps_high=high)
     return params
 
@@ -135,7 +141,8 @@ def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
     assert sorted(fused.metrics) == sorted(eager.metrics)
     for key, value in eager.metrics.items():
         assert fused.metrics[key].dtype == value.dtype and not fused.metrics[key].requires_grad
-        close(key, fused.metrics[key], value, kl_scale if key in ("ppo_kl", "kl") else 0.0)
+        magnitude = {"ppo_kl": kl_scale, "kl": kl_scale, "policy_loss": loss_scale}.get(key, 0.0)
+        close(key, fused.metrics[key], value, magnitude)
     assert grad_fused.dtype == grad_eager.dtype == dtype
     assert torch.equal(grad_fused.cpu() == 0, grad_eager == 0), f"{name}/{impl}: different zero-gradient tokens"
     close("grad", grad_fused, grad_eager)
@@ -154,15 +161,24 @@ def test_fused_matches_eager(name, case):
 
 @pytest.mark.parametrize("name", FUSED_LOSSES)
 def test_registry_path_is_fused_and_matches(name, monkeypatch):
-    """get_loss(name)(...) goes through clipped_row_sums (auto) and equals the oracle."""
+    """get_loss(name)(...) goes through the fused forward (auto) and equals the oracle."""
     calls = []
-    original = rowsum_torch.forward
+    if name in SEQUENCE_LOSSES:
+        original = rowsum_torch.forward
 
-    def spy(*args):
-        calls.append(args[0].shape)
-        return original(*args)
+        def spy(*args):
+            calls.append(args[0].shape)
+            return original(*args)
 
-    monkeypatch.setattr(rowsum_torch, "forward", spy)
+        monkeypatch.setattr(rowsum_torch, "forward", spy)
+    else:
+        original = token._TokenRowSums.forward
+
+        def spy(ctx, *args):
+            calls.append(args[0].shape)
+            return original(ctx, *args)
+
+        monkeypatch.setattr(token._TokenRowSums, "forward", staticmethod(spy))
     g = torch.Generator().manual_seed(1)
     log_probs = torch.randn(4, 50, generator=g, requires_grad=True)
     old = log_probs.detach() + 0.3 * torch.randn(4, 50, generator=g)
@@ -206,7 +222,7 @@ def test_hand_values_of_row_stats():
 
 
 @pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
-@pytest.mark.parametrize("name", FUSED_LOSSES)
+@pytest.mark.parametrize("name", SEQUENCE_LOSSES)
 def test_bounds_are_inclusive_like_clamp(name, impl):
     """Log ratios exactly on eps_high, -eps_low, +-R: eager's clamp passes the gradient
     there (and the token is not counted as clipped); the fused path must agree."""
@@ -246,15 +262,17 @@ def test_blocks_cover_all_rows(monkeypatch):
 
 
 def _saved_float_bt(name: str, impl: str) -> list[tuple]:
-    """(dtype, shape) of every floating (B, T)-sized tensor autograd saves for backward."""
+    """(dtype, shape) of every floating (B, T)-sized tensor autograd saves for backward,
+    other than the input tensors themselves (saving those costs no memory)."""
     g = torch.Generator().manual_seed(5)
     log_probs = torch.randn(8, 64, generator=g, requires_grad=True)
     inputs = LossInputs(log_probs, log_probs.detach() + 0.1, torch.randn(8, generator=g),
                         torch.rand(8, 64, generator=g) < 0.9)
+    given = {t.data_ptr() for t in (inputs.log_probs, inputs.old_log_probs)}
     saved = []
 
     def pack(t):
-        if t.dtype.is_floating_point and t.numel() >= 8 * 64:
+        if t.dtype.is_floating_point and t.numel() >= 8 * 64 and t.data_ptr() not in given:
             saved.append((t.dtype, tuple(t.shape)))
         return t
 
@@ -290,7 +308,7 @@ def test_triton_unavailable_is_a_clear_error():
 
 
 @needs_triton
-@pytest.mark.parametrize("name", FUSED_LOSSES)
+@pytest.mark.parametrize("name", SEQUENCE_LOSSES)
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(max_batch=4, max_length=24, dtypes=(torch.float32,)))
 def test_triton_matches_eager(name, case):

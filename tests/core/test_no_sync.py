@@ -19,7 +19,7 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from gmpo_plugins.core.registry import DISTRIBUTION
 
 BUILTINS = [spec.name for spec in list_losses() if spec.provider == DISTRIBUTION]
-WITH_IMPL = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo"}
+WITH_IMPL = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo", "grpo", "dapo", "dr_grpo"}
 READERS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 
 

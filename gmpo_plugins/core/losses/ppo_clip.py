@@ -20,6 +20,8 @@ from typing import Optional
 
 import torch
 
+from gmpo_plugins.core.kernels import check_impl
+from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
 from gmpo_plugins.core.losses.finish import finish_token_loss
 from gmpo_plugins.core.prepared import prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
@@ -40,8 +42,31 @@ def clipped_ratio_loss(
     kl_estimator: str,
     log_ratio_bound: float,
     loss_name: str = "grpo",
+    impl: str = "auto",
 ) -> LossOutput:
-    """Token-level PPO clipped surrogate (module docstring)."""
+    """Token-level PPO clipped surrogate (module docstring).
+
+    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
+    path) and "torch" run ``kernels.token.fused_clipped_ratio_loss``, same numbers. There
+    is no Triton kernel for the token-level losses (``impl="triton"`` is an error).
+    """
+    check_impl(impl)
+    if impl == "triton":
+        raise ValueError(f"{loss_name}: impl='triton' has no kernel for token-level losses; use 'auto' or 'torch'")
+    if impl != "eager":
+        return fused_clipped_ratio_loss(
+            inputs,
+            batch,
+            eps_low=eps_low,
+            eps_high=eps_high,
+            dual_clip=dual_clip,
+            reduction=reduction,
+            norm_length=norm_length,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            log_ratio_bound=log_ratio_bound,
+            loss_name=loss_name,
+        )
     p = prepare(inputs, sequence_level=False)
     mask, advantages = p.mask, p.advantages
     ratio = torch.exp(p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound))

@@ -1,0 +1,195 @@
+"""Fused token-level PPO-clip losses (GRPO, DAPO, Dr.GRPO) in blocked torch.
+
+Per valid token t of row i (``losses/ppo_clip.py``, whose eager version stays the oracle):
+
+    r_t  = clamp(log_probs_t - old_log_probs_t, -R, R),  rho_t = exp(r_t)
+    u_t  = -A_t * rho_t,  c_t = -A_t * clamp(rho_t, 1 - eps_low, 1 + eps_high)
+    pg_t = max(u_t, c_t), then min(pg_t, -A_t * dual_clip) where A_t < 0 (if dual_clip)
+    S_i  = sum_t m_t * pg_t * w_t                          (w_t: rollout IS weight, or 1)
+
+The forward pass returns S (B,) and per-row statistics; the (B,)-sized reduction
+(token-mean, seq-mean-token-mean, seq-mean-token-sum-norm) is ordinary torch code, so
+autograd hands g_i = dLoss/dS_i to the backward pass, which re-reads the inputs (nothing
+of size (B, T) is saved beyond references to the inputs themselves) and writes
+
+    grad_t = g_i * m_t * w_t * [not dual-capped] * (-A_t) * rho_t * [|r_t| <= R]
+             * (a_t + b_t * [1 - eps_low <= rho_t <= 1 + eps_high])
+
+with (a_t, b_t) = (1, 0) where u_t > c_t, (0, 1) where u_t < c_t and (1/2, 1/2) on a tie:
+the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager loss.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from gmpo_plugins.core.kernels.rowsum_torch import rows_per_block
+from gmpo_plugins.core.kernels.sequence import stats_metrics
+from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
+from gmpo_plugins.core.kl import reference_kl
+from gmpo_plugins.core.reduce import (
+    SEQ_MEAN_TOKEN_MEAN,
+    SEQ_MEAN_TOKEN_SUM_NORM,
+    TOKEN_MEAN,
+    masked_mean,
+    reduce_sequences,
+    reduce_tokens,
+)
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+
+class _Clip:
+    """Hyper-parameters of the clipped surrogate."""
+
+    def __init__(self, eps_low: float, eps_high: float, dual_clip: Optional[float], bound: float) -> None:
+        self.low, self.high, self.dual, self.bound = 1.0 - eps_low, 1.0 + eps_high, dual_clip, bound
+
+
+def _block(log_probs, old, mask, advantages, weights, dtype):
+    """Block tensors in the compute dtype: valid (0/1 float), r (0 on padding), A, w."""
+    valid_bool = mask if mask.dtype == torch.bool else mask != 0
+    valid = valid_bool.view(torch.uint8).to(dtype)
+    r = torch.sub(log_probs.to(dtype), old.to(dtype)).mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    a = advantages.to(dtype)
+    a = a[:, None] if a.dim() == 1 else a
+    w = None if weights is None else weights.to(dtype)
+    w = w[:, None] if w is not None and w.dim() == 1 else w
+    return valid_bool, valid, r, a, w
+
+
+def _surrogate(r, a, clip: _Clip):
+    """(ratio, u, c, pg, capped) of one block (module docstring)."""
+    ratio = r.clamp(-clip.bound, clip.bound).exp_()
+    u = -a * ratio
+    c = -a * ratio.clamp(clip.low, clip.high)
+    pg = torch.maximum(u, c)
+    capped = None
+    if clip.dual is not None:
+        cap = -a * clip.dual
+        capped = (a < 0) & (pg > cap)
+        pg = torch.where(capped, cap, pg)
+    return ratio, u, c, pg, capped
+
+
+class _TokenRowSums(torch.autograd.Function):
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (8, B)."""
+
+    @staticmethod
+    def forward(ctx, log_probs, old, mask, advantages, weights, clip):  # type: ignore[override]
+        batch, length = log_probs.shape
+        dtype = compute_dtype(log_probs.dtype)
+        out = torch.empty((9, batch), dtype=dtype, device=log_probs.device)
+        step = rows_per_block(length, log_probs.device)
+        big = torch.finfo(dtype).max
+        for start in range(0, batch, step):
+            rows = slice(start, min(batch, start + step))
+            m, valid, r, a, w = _block(log_probs[rows], old[rows], mask[rows], advantages[rows],
+                                       None if weights is None else weights[rows], dtype)
+            ratio, _, _, pg, capped = _surrogate(r, a, clip)
+            if w is not None:
+                pg = pg * w
+            o = out[:, rows]
+            torch.sum(torch.where(m, pg, 0.0), dim=-1, out=o[0])
+            torch.sum(r, dim=-1, out=o[1])
+            torch.sum(valid, dim=-1, out=o[2])
+            torch.sum(((a < 0) & (ratio < clip.low) & m).to(dtype), dim=-1, out=o[3])
+            torch.sum(((a > 0) & (ratio > clip.high) & m).to(dtype), dim=-1, out=o[4])
+            invalid = torch.rsub(valid, 1.0)
+            torch.amin(torch.add(r, invalid, alpha=big), dim=-1, out=o[5])
+            torch.amax(torch.add(r, invalid, alpha=-big), dim=-1, out=o[6])
+            if capped is not None:
+                torch.sum((capped & m).to(dtype), dim=-1, out=o[7])
+            else:
+                o[7].zero_()
+        empty = out[2] == 0
+        out[5].masked_fill_(empty, math.inf)
+        out[6].masked_fill_(empty, -math.inf)
+        out[8].zero_()
+        ctx.save_for_backward(log_probs, old, mask, advantages, weights)
+        ctx.clip = clip
+        ctx.mark_non_differentiable(out)
+        return out[0].clone(), out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_sum, _):  # type: ignore[override]
+        log_probs, old, mask, advantages, weights = ctx.saved_tensors
+        clip = ctx.clip
+        batch, length = log_probs.shape
+        dtype = grad_sum.dtype
+        grad = torch.empty_like(log_probs)
+        step = rows_per_block(length, log_probs.device)
+        for start in range(0, batch, step):
+            rows = slice(start, min(batch, start + step))
+            m, valid, r, a, w = _block(log_probs[rows], old[rows], mask[rows], advantages[rows],
+                                       None if weights is None else weights[rows], dtype)
+            ratio, u, c, _, capped = _surrogate(r, a, clip)
+            tie = (u == c).to(dtype) * 0.5
+            band = ((ratio >= clip.low) & (ratio <= clip.high)).to(dtype)
+            share = (u > c).to(dtype) + tie + ((c > u).to(dtype) + tie) * band
+            d = (-a * ratio) * share * ((r >= -clip.bound) & (r <= clip.bound)).to(dtype) * valid
+            if capped is not None:
+                d = d.masked_fill_(capped, 0.0)
+            if w is not None:
+                d = d * w
+            grad[rows] = (d * grad_sum[rows, None]).masked_fill_(~m, 0.0)
+        return grad, None, None, None, None, None
+
+
+def _reduce(row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: int) -> torch.Tensor:
+    """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
+    count, rows = stats[2], stats[2] > 0
+    if reduction == TOKEN_MEAN:
+        total = row_sums.sum()
+        if batch.global_num_tokens is None:
+            return total / count.sum().clamp_min(1)
+        return total * batch.dp_size / batch.global_num_tokens
+    if reduction == SEQ_MEAN_TOKEN_MEAN:
+        return reduce_sequences(row_sums / count.clamp_min(1), rows, batch)
+    if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
+        return reduce_sequences(row_sums / length, rows, batch)
+    raise ValueError(f"reduction must be one of {[TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM]}, "
+                     f"got {reduction!r}")
+
+
+def fused_clipped_ratio_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: Optional[float],
+    reduction: str,
+    norm_length: Optional[int],
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    loss_name: str = "grpo",
+) -> LossOutput:
+    """``losses/ppo_clip.clipped_ratio_loss``, fused (module docstring); a KL term is added
+    with the eager formula."""
+    dtype = compute_dtype(inputs.log_probs.dtype)
+    weights = None if inputs.rollout_is_weights is None else inputs.rollout_is_weights.detach()
+    clip = _Clip(eps_low, eps_high, dual_clip, log_ratio_bound)
+    row_sums, stats = _TokenRowSums.apply(
+        inputs.log_probs, inputs.old_log_probs.detach(), inputs.mask.detach(), inputs.advantages.detach(), weights, clip
+    )
+    length = inputs.log_probs.shape[-1] if norm_length is None else norm_length
+    policy_loss = _reduce(row_sums, stats, batch, reduction, length)
+    row_stats = RowStats(row_sums.detach(), stats[1], stats[2], stats[8], stats[8], stats[5], stats[6])
+    metrics = stats_metrics(row_stats, stats[3], stats[4])
+    if dual_clip is not None:
+        metrics["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
+    loss = policy_loss
+    ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
+    kl = reference_kl(inputs.log_probs.to(dtype), ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    if kl is not None:
+        mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+        metrics["kl"] = masked_mean(kl, mask).detach()
+        loss = loss + kl_beta * reduce_tokens(kl, mask, batch, reduction, norm_length)
+    metrics["policy_loss"] = policy_loss.detach()
+    return LossOutput(loss=loss, metrics=metrics)
