@@ -6,7 +6,6 @@ collectives) must equal the single-process metrics of the whole batch."""
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
 import torch.multiprocessing as mp
@@ -34,11 +33,13 @@ def _trainer(model_dir: str, output_dir: str):
     )
 
 
-def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(WORLD), TRL_EXPERIMENTAL_SILENCE="1")
+def _worker(rank: int, model_dir: str, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
+                      TRL_EXPERIMENTAL_SILENCE="1")
     import torch.distributed as dist
 
+    # a file rendezvous (no TCP port to collide with); accelerate uses an existing group
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=WORLD)
     trainer = _trainer(model_dir, os.path.join(out_dir, f"rank{rank}"))
     assert trainer.accelerator.num_processes == WORLD
     inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)
@@ -53,14 +54,8 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     dist.barrier()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_processes_equal_one_whole_batch(model_dir, tmp_path):
-    mp.spawn(_worker, args=(_free_port(), model_dir, str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(model_dir, str(tmp_path)), nprocs=WORLD, join=True)
     result = torch.load(tmp_path / "result.pt")
 
     single = _trainer(model_dir, str(tmp_path / "single"))

@@ -25,11 +25,11 @@ LOSS_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/regio
     ],
 )
 def test_train_completes_and_updates_the_model(loss, config, model_dir, tmp_path, tokenizer, prompts):
-    trainer = RegistryGRPOTrainer(
-        model=model_dir,
-        reward_funcs=count_digits_reward,
-        args=grpo_config(tmp_path, max_steps=4, **config),
-        train_dataset=prompts,
+    trainer = RegistryGRPOTrainer(  # GRPOTrainer's positional order is kept
+        model_dir,
+        count_digits_reward,
+        grpo_config(tmp_path, max_steps=4, **config),
+        prompts,
         processing_class=tokenizer,
         loss=loss,
     )

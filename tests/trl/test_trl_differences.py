@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,6 +92,12 @@ def test_overflow_guard_bounds_the_unclipped_side():
     assert math.isclose(grad_t[0, 0].item(), math.exp(25) / 2, rel_tol=1e-12)
     assert grad_o[0, 0].item() == 0.0
     assert torch.allclose(grad_o[1], grad_t[1], rtol=0, atol=1e-15)  # the other sequence agrees
+
+
+def test_reference_requires_ref_log_probs_with_beta():
+    log_probs = torch.zeros(1, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="ref_log_probs: required when beta != 0"):
+        trl_gmpo_reference(log_probs, log_probs, torch.ones(1, dtype=torch.float64), torch.ones(1, 2), beta=0.1)
 
 
 def test_logged_metric_names_differ_as_documented(model_dir, tmp_path, tokenizer, prompts):

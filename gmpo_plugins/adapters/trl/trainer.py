@@ -59,7 +59,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
                   which come from GRPOConfig.epsilon/epsilon_high/beta)
 
     GRPOConfig options the loss cannot honour raise UnsupportedTRLOptionError here, before
-    the model is loaded. All other arguments are GRPOTrainer's.
+    the model is loaded. All other arguments are GRPOTrainer's, in its order.
     """
 
     _tag_names = ["trl", "grpo", "gmpo-plugins"]
@@ -69,7 +69,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
         model: Any,
         reward_funcs: Any = None,
         args: Optional[GRPOConfig] = None,
-        *,
+        *positional: Any,
         loss: str = "gmpo",
         loss_hparams: Optional[Mapping[str, Any]] = None,
         **kwargs: Any,
@@ -79,7 +79,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
             args = GRPOConfig(f"{model_name.split('/')[-1]}-{loss}")
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
     def _rollout_is_weights(self, inputs: Mapping[str, Any]) -> Optional[torch.Tensor]:
         """TRL's vLLM importance-sampling ratio in the core's layout, or None."""
