@@ -140,3 +140,34 @@ def test_moe_router_aux_loss_is_added_unlike_trl_gmpo(moe_model_dir, tmp_path, t
     assert "aux_loss" not in metrics_t and metrics_o["aux_loss"] > 0
     expected = ours.router_aux_loss_coef * metrics_o["aux_loss"] / 2
     assert abs((loss_o - loss_t).item() - expected) <= 1e-6 and expected > 1e-4
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3])
+def test_parity_backend_accumulates_like_trl(splits):
+    """TrlGMPOBackend (the ``gmpo-plugins parity`` reference) with the batch split into equal
+    micro-batches of a global batch: TRL's mean / G accumulates to our whole-batch gmpo."""
+    from gmpo_plugins.adapters.trl import TrlGMPOBackend
+
+    generator = torch.Generator().manual_seed(3)
+    log_probs = (torch.randn(6, 5, generator=generator, dtype=torch.float64) - 1).requires_grad_()
+    old = log_probs.detach() + 0.5 * torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    advantages = torch.randn(6, generator=generator, dtype=torch.float64)
+    mask = torch.rand(6, 5, generator=generator) < 0.7
+    mask[:, 0] = True
+    hparams = GMPO.resolve({})
+    info = BatchInfo(dp_size=1, global_batch_size=6)
+    backend, total = TrlGMPOBackend(), 0.0
+    assert backend.supports("gmpo") and not backend.supports("grpo")
+    for rows in torch.arange(6).chunk(splits):
+        loss, metrics = backend.policy_loss(log_probs=log_probs[rows], old_log_probs=old[rows],
+                                            advantages=advantages[rows], mask=mask[rows], loss_name="gmpo",
+                                            hparams=hparams, batch_info=info)
+        loss.backward()
+        total += loss.item()
+    ours = GMPO(LossInputs(log_probs, old, advantages, mask), info)
+    (expected,) = torch.autograd.grad(ours.loss, log_probs)
+    assert abs(total - ours.loss.item()) <= 1e-12
+    assert torch.allclose(log_probs.grad, expected, rtol=0, atol=1e-12)
+    if splits == 1:
+        assert set(metrics) == {"clip_frac_low", "clip_frac_high", "clip_frac"}
+        assert all(abs(metrics[k].item() - ours.metrics[k].item()) <= 1e-7 for k in metrics)

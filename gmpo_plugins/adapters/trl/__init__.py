@@ -18,8 +18,8 @@ Modules: ``options`` (GRPOConfig fields -> loss hyper-parameters, refusals),
 (core metrics -> TRL's metric names), ``trainer`` (the GRPOTrainer subclass; imports
 trl), ``reference`` (TRL's own GMPO loss math on given tensors, for parity checks).
 
-``RegistryGRPOTrainer`` and ``trl_gmpo_reference`` are resolved lazily, so importing
-this package does not import trl.
+``RegistryGRPOTrainer``, ``trl_gmpo_reference`` and ``TrlGMPOBackend`` are resolved
+lazily; only ``RegistryGRPOTrainer`` and calling the reference import trl.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hp
 
 __all__ = [
     "RegistryGRPOTrainer",
+    "TrlGMPOBackend",
     "UnsupportedTRLOptionError",
     "loss_hparams_from_args",
     "trl_batch_info",
@@ -43,8 +44,8 @@ def __getattr__(name: str) -> Any:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
         return RegistryGRPOTrainer
-    if name == "trl_gmpo_reference":
-        from gmpo_plugins.adapters.trl.reference import trl_gmpo_reference
+    if name in ("trl_gmpo_reference", "TrlGMPOBackend"):
+        from gmpo_plugins.adapters.trl import reference
 
-        return trl_gmpo_reference
+        return getattr(reference, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

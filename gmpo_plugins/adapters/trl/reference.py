@@ -3,12 +3,14 @@
 ``trl_gmpo_reference`` runs ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself
 (the installed TRL's code, unmodified) with a stand-in for the trainer whose
 ``_get_per_token_logps_and_entropies`` returns the given ``log_probs`` instead of running
-a model. Single process, train mode, one accumulation step, no entropy mask, so the
+a model. Single process, train mode, G accumulation steps, no entropy mask, so the
 result is TRL's
 
-    loss = mean_i [ -A_i * exp(sum_t m_t l_t / max(1, |o_i|)) + beta * mean_t k3_t ]
+    loss = mean_i [ -A_i * exp(sum_t m_t l_t / max(1, |o_i|)) + beta * mean_t k3_t ] / G
 
 over all B rows (an empty row contributes -A_i), with TRL's clip metrics.
+``TrlGMPOBackend`` wraps it in the ``LossBackend`` shape of ``gmpo_plugins.compare``
+(a ``gmpo-plugins parity`` reference target).
 Metrics are returned under the core's names so they compare directly:
 ``clip_frac_low`` (TRL clip_ratio/low_mean), ``clip_frac_high`` (high_mean),
 ``clip_frac`` (region_mean), ``kl`` (when beta != 0). TRL logs no policy loss.
@@ -49,13 +51,15 @@ class _SingleProcess:
 class _TensorTrainer:
     """Stands in for a GMPOTrainer: the attributes its ``_compute_loss`` reads."""
 
-    def __init__(self, log_probs: torch.Tensor, eps_low: float, eps_high: float, beta: float) -> None:
+    def __init__(
+        self, log_probs: torch.Tensor, eps_low: float, eps_high: float, beta: float, accumulation_steps: float
+    ) -> None:
         self._log_probs = log_probs
         self.epsilon_low = eps_low
         self.epsilon_high = eps_high
         self.beta = beta
         self.top_entropy_quantile = 1.0
-        self.current_gradient_accumulation_steps = 1
+        self.current_gradient_accumulation_steps = accumulation_steps
         self.model = SimpleNamespace(training=True)
         self.accelerator = _SingleProcess()
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
@@ -74,16 +78,20 @@ def trl_gmpo_reference(
     eps_high: float = 0.4,
     beta: float = 0.0,
     ref_log_probs: Optional[torch.Tensor] = None,
+    accumulation_steps: float = 1,
 ) -> LossOutput:
     """TRL GMPOTrainer's loss (differentiable w.r.t. ``log_probs``) and clip/KL metrics.
 
-    log_probs, old_log_probs, mask, ref_log_probs (B, T); advantages (B,); eps in log space.
+    log_probs, old_log_probs, mask, ref_log_probs (B, T); advantages (B,); eps in log space;
+    accumulation_steps: TRL's ``current_gradient_accumulation_steps`` (the loss is divided by it).
     Raises ImportError when trl (>= 1.7, with trl.experimental.gmpo) is not installed.
     """
     from trl.experimental.gmpo import GMPOTrainer
 
     if beta != 0.0 and ref_log_probs is None:
         raise ValueError("ref_log_probs: required when beta != 0")
+    if not accumulation_steps > 0:
+        raise ValueError(f"accumulation_steps: expected a number > 0, got {accumulation_steps!r}")
     batch, length = log_probs.shape
     long_mask = mask.long()
     inputs = {
@@ -96,10 +104,41 @@ def trl_gmpo_reference(
     }
     if ref_log_probs is not None:
         inputs["ref_per_token_logps"] = ref_log_probs
-    stand_in = _TensorTrainer(log_probs, eps_low, eps_high, beta)
+    stand_in = _TensorTrainer(log_probs, eps_low, eps_high, beta, accumulation_steps)
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
     metrics = {
         ours: torch.tensor(logged[theirs][-1], dtype=log_probs.dtype) for theirs, ours in FROM_TRL.items() if logged[theirs]
     }
     return LossOutput(loss=loss, metrics=metrics)
+
+
+class TrlGMPOBackend:
+    """TRL's GMPO as a ``gmpo_plugins.compare`` loss backend (supports ``"gmpo"`` only).
+
+    A micro-batch of b rows out of ``batch_info.global_batch_size`` = N over P =
+    ``dp_size`` processes is called with G = N / (b * P) accumulation steps, as TRL's
+    trainer would accumulate G equal micro-batches per process; eps_low/eps_high come
+    from the gmpo hyper-parameters (log space).
+    """
+
+    name = "trl GMPOTrainer"
+
+    def supports(self, loss_name: str) -> bool:
+        return loss_name == "gmpo"
+
+    def policy_loss(self, *, log_probs, old_log_probs, advantages, mask, loss_name, hparams, batch_info):
+        if loss_name != "gmpo":
+            raise ValueError(f"loss_name: TRL's GMPOTrainer computes only 'gmpo', got {loss_name!r}")
+        rows = mask.shape[0]
+        total = rows * batch_info.dp_size if batch_info.global_batch_size is None else batch_info.global_batch_size
+        out = trl_gmpo_reference(
+            log_probs,
+            old_log_probs,
+            advantages,
+            mask,
+            eps_low=hparams["eps_low"],
+            eps_high=hparams["eps_high"],
+            accumulation_steps=float(total) / (rows * batch_info.dp_size),
+        )
+        return out.loss, out.metrics
