@@ -18,7 +18,7 @@ def row_masked_mean(values: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype
     """values (B, T) float, mask (B, T) bool or 0/1 -> (B,) in ``dtype``."""
     batch, length = values.shape
     out = torch.empty(batch, dtype=dtype, device=values.device)
-    step = rows_per_block(length, values.device)
+    step = rows_per_block(batch, length, values.device)
     for start in range(0, batch, step):
         rows = slice(start, min(batch, start + step))
         m = mask[rows] if mask.dtype == torch.bool else mask[rows] != 0

@@ -33,13 +33,22 @@ import torch
 
 from gmpo_plugins.core.kernels.stats import compute_dtype
 
-BLOCK_ELEMENTS = 1 << 16  # CPU: a few float temporaries of this size stay in L2 cache
+BLOCK_ELEMENTS = 1 << 18  # CPU: at most this many elements per block (temporaries stay in cache)
+MIN_BLOCK_ELEMENTS = 1 << 14  # CPU: at least this many (per-op overhead)
+BLOCKS = 16  # CPU: aim for this many blocks, so the workspace stays ~1/16 of the input
 BLOCK_ELEMENTS_ACCELERATOR = 1 << 22  # elsewhere: fewer, larger launches
 
 
-def rows_per_block(length: int, device: torch.device) -> int:
-    """Rows processed together so that one block holds about BLOCK_ELEMENTS elements."""
-    elements = BLOCK_ELEMENTS if device.type == "cpu" else BLOCK_ELEMENTS_ACCELERATOR
+def rows_per_block(batch: int, length: int, device: torch.device) -> int:
+    """Rows processed together. On CPU a block holds about tokens / BLOCKS elements,
+    clamped to [MIN_BLOCK_ELEMENTS, BLOCK_ELEMENTS]: each torch op costs a few
+    microseconds of overhead, so blocks must not be tiny, and the workspace (about five
+    float temporaries of one block) must stay well below the gradient so that the
+    peak of a forward+backward is the backward's (gradient + 1-byte mask)."""
+    if device.type == "cpu":
+        elements = min(BLOCK_ELEMENTS, max(MIN_BLOCK_ELEMENTS, batch * length // BLOCKS))
+    else:
+        elements = BLOCK_ELEMENTS_ACCELERATOR
     return max(1, elements // max(1, length))
 
 
@@ -95,7 +104,7 @@ def forward(
     out = torch.empty((7, batch), dtype=dtype, device=log_probs.device)
     active = torch.empty((batch, length), dtype=torch.bool, device=log_probs.device)
     lo, hi = lo.to(dtype), hi.to(dtype)
-    step = rows_per_block(length, log_probs.device)
+    step = rows_per_block(batch, length, log_probs.device)
     for start in range(0, batch, step):
         rows = slice(start, min(batch, start + step))
         _forward_block(log_probs[rows], old_log_probs[rows], mask[rows], lo[rows], hi[rows], active[rows], out[:, rows])

@@ -83,7 +83,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         out = torch.empty((9, batch), dtype=dtype, device=log_probs.device)
-        step = rows_per_block(length, log_probs.device)
+        step = rows_per_block(batch, length, log_probs.device)
         big = torch.finfo(dtype).max
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
@@ -122,7 +122,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = grad_sum.dtype
         grad = torch.empty_like(log_probs)
-        step = rows_per_block(length, log_probs.device)
+        step = rows_per_block(batch, length, log_probs.device)
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
             m, valid, r, a, w = _block(log_probs[rows], old[rows], mask[rows], advantages[rows],
