@@ -39,7 +39,12 @@ from typing import Any, Mapping, Optional
 
 from gmpo_plugins.core.spec import LossSpec
 
-TRANSLATED = {"eps_low": "epsilon", "eps_high": "epsilon_high", "kl_beta": "beta", "norm_length": "max_completion_length"}
+TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is taken from
+    "eps_low": "epsilon",
+    "eps_high": "epsilon_high",
+    "kl_beta": "beta",
+    "norm_length": "max_completion_length",
+}
 
 
 class UnsupportedTRLOptionError(ValueError):

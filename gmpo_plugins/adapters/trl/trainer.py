@@ -55,8 +55,9 @@ class RegistryGRPOTrainer(GRPOTrainer):
 
     loss          registry name (``gmpo-plugins list``); unknown names raise
                   UnknownLossError listing the valid ones
-    loss_hparams  extra hyper-parameters of that loss (not eps_low/eps_high/kl_beta,
-                  which come from GRPOConfig.epsilon/epsilon_high/beta)
+    loss_hparams  extra hyper-parameters of that loss (not eps_low/eps_high/kl_beta/
+                  norm_length, which come from GRPOConfig.epsilon/epsilon_high/beta/
+                  max_completion_length)
 
     GRPOConfig options the loss cannot honour raise UnsupportedTRLOptionError here, before
     the model is loaded. All other arguments are GRPOTrainer's, in its order.
