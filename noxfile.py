@@ -7,6 +7,8 @@
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step, gmpo-openrlhf, Ray, on CPU)
+    nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
+    nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
@@ -17,6 +19,8 @@ import os
 import nox
 
 TORCH = "torch==2.13.0"
+# compare/parity: inside verl 0.9's range (transformers >= 5.5.3, < 5.11)
+TRANSFORMERS = "transformers==5.10.4"
 
 nox.options.error_on_missing_interpreters = True
 
@@ -94,3 +98,22 @@ def openrlhf(session: nox.Session) -> None:
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
     session.run("pytest", "tests/openrlhf", *session.posargs, env={"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"})
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """The README's main job: GMPO vs GRPO through the core on the toy task, report in
+    ./gmpo-report; arguments after `--` go to the command (`nox -s compare -- --steps 10`)."""
+    session.install(TORCH)
+    session.install("-e", ".[compare]", TRANSFORMERS)
+    session.run("gmpo-plugins", "compare", *session.posargs)
+
+
+@nox.session
+def compare_tests(session: nox.Session) -> None:
+    """tests/compare (task, rollout, 2-step runs, subprocess runner, parity, bad input),
+    then `gmpo-plugins parity` on what is installed here (the core)."""
+    session.install(TORCH)
+    session.install("-e", ".[compare,test]", TRANSFORMERS)
+    session.run("pytest", "tests/compare", *session.posargs)
+    session.run("gmpo-plugins", "parity")

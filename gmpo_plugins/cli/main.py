@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     list_cmd.add_parser(commands)
     bench_cmd.add_parser(commands)
+    from gmpo_plugins.cli import compare_cmd, parity_cmd  # they import UsageError from here
+
+    compare_cmd.add_parser(commands)
+    parity_cmd.add_parser(commands)
     return parser
 
 

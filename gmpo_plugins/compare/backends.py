@@ -1,0 +1,258 @@
+"""Framework backends: how ``gmpo-plugins compare`` computes a policy loss through a
+framework's own call path, and where each framework runs.
+
+The trainer (``gmpo_plugins.compare.trainer``) owns everything except the loss: sampling,
+rewards, advantages, the model's log-probs, the optimizer. For every mini-batch it calls
+
+    loss, metrics = backend.policy_loss(
+        log_probs=...,      # (B, T) float32, requires grad: current policy, response tokens
+        old_log_probs=...,  # (B, T) float32, detached: policy that sampled the rollout
+        advantages=...,     # (B,)   float32: group-normalised, one per sequence
+        mask=...,           # (B, T) bool: valid response tokens (EOS included)
+        loss_name="gmpo",   # a name of the gmpo_plugins registry
+        hparams={...},      # the loss's complete hyper-parameters in core names and core
+                            # units (spec.resolve({})): eps_low/eps_high are in log space
+                            # for spec.clip_space == "log", ratio space for "ratio"
+        batch_info=BatchInfo(dp_size=1, global_batch_size=B, global_num_tokens=mask.sum()),
+    )
+    loss.backward()
+
+and steps the optimizer. Identical tensors go into every backend, so for one seed every
+framework sees identical rollouts until their losses (and hence updates) differ.
+
+Writing a backend for framework ``X`` (an adapter author's job):
+
+1. Create ``gmpo_plugins/compare/backends_X.py`` with ``make_backend() -> LossBackend``.
+   Import the framework inside functions (lazily). ``policy_loss`` must go through the
+   framework's real loss call site (verl: ``core_algos.get_policy_loss_fn(...)`` /
+   ``ppo_loss``; OpenRLHF: ``PolicyLoss``), translating tensor layout (e.g. (B,) advantages
+   to (B, T)), hyper-parameter names (``eps_low`` -> ``clip_ratio_low``) and metric names
+   back to core names: ``policy_loss, clip_frac_low, clip_frac_high, clip_frac, ppo_kl,
+   log_ratio_min, log_ratio_max, seq_weight_min, seq_weight_mean, seq_weight_max``.
+   Metrics a framework does not report may be left out (shown as "-"). Values may be
+   floats or 0-dim tensors. ``supports(loss_name)`` says which registry losses it runs;
+   ``compare`` rejects the others with a usage error.
+2. Add a ``FrameworkInfo`` line to ``FRAMEWORKS`` below (name, module, the framework's
+   import name).
+3. Optionally define ``parity_targets() -> Iterable[ParityTarget]`` in the same module
+   (see ``gmpo_plugins.compare.parity``); without it the backend itself is the target.
+
+Where a framework runs (``resolve_runner``):
+
+- ``GMPO_PLUGINS_PYTHON_<NAME>`` set (e.g. ``GMPO_PLUGINS_PYTHON_VERL=/venvs/verl/bin/python``):
+  in a subprocess of that interpreter;
+- ``core``, or the framework importable in this interpreter: in this process;
+- ``./.nox/<name>/bin/python`` exists (made by ``nox -s <name>``): in a subprocess of it;
+- otherwise a usage error telling the user to run ``python3 -m nox -s <name>`` first.
+
+A subprocess runs ``<python> -m gmpo_plugins.compare.run_one`` with the initial model
+saved under the report folder, so it needs gmpo-plugins, torch and transformers in its
+environment (not rich or matplotlib). It prints one metrics record per step (JSON, prefixed
+with ``RECORD_PREFIX``) on stdout; the parent merges them into its report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional, Protocol, Union
+
+import torch
+
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import BatchInfo, LossInputs
+
+Metric = Union[float, torch.Tensor]
+RECORD_PREFIX = "GMPO_COMPARE_RECORD "
+PYTHON_ENV_PREFIX = "GMPO_PLUGINS_PYTHON_"
+
+
+class BackendError(Exception):
+    """A framework that cannot be used as asked (not installed, no adapter, unsupported loss)."""
+
+
+class LossBackend(Protocol):
+    """The policy loss of one framework, called with core tensors and core names."""
+
+    name: str
+
+    def supports(self, loss_name: str) -> bool:
+        """Whether ``policy_loss`` can compute the registry loss ``loss_name``."""
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        """Scalar loss to back-propagate and metrics under core names (module docstring)."""
+
+
+class CoreBackend:
+    """The gmpo_plugins core itself: ``get_loss(loss_name)(LossInputs(...), batch_info)``."""
+
+    name = "core"
+
+    def supports(self, loss_name: str) -> bool:
+        get_loss(loss_name)
+        return True
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        out = get_loss(loss_name)(LossInputs(log_probs, old_log_probs, advantages, mask), batch_info, **hparams)
+        return out.loss, out.metrics
+
+
+@dataclass(frozen=True)
+class FrameworkInfo:
+    """A framework ``compare`` can run.
+
+    name         the ``--frameworks`` value
+    module       module with ``make_backend()``, imported only when the framework is used
+    import_name  the framework's top-level package, to test whether it is installed here
+                 (None: needs nothing beyond gmpo-plugins)
+    """
+
+    name: str
+    module: str
+    import_name: Optional[str]
+
+
+FRAMEWORKS: dict[str, FrameworkInfo] = {
+    "core": FrameworkInfo("core", "gmpo_plugins.compare.backends", None),
+    "verl": FrameworkInfo("verl", "gmpo_plugins.compare.backends_verl", "verl"),
+    "openrlhf": FrameworkInfo("openrlhf", "gmpo_plugins.compare.backends_openrlhf", "openrlhf"),
+    "trl": FrameworkInfo("trl", "gmpo_plugins.compare.backends_trl", "trl"),
+}
+
+
+def make_backend() -> LossBackend:
+    """This module's backend factory (the ``core`` framework)."""
+    return CoreBackend()
+
+
+def framework_info(name: str) -> FrameworkInfo:
+    """The registered framework ``name``; BackendError listing the valid names otherwise."""
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise BackendError(f"unknown framework {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
+
+
+def load_backend(name: str) -> LossBackend:
+    """Import the framework's backend module and build its backend (in this process)."""
+    info = framework_info(name)
+    try:
+        module = importlib.import_module(info.module)
+    except ImportError as exc:
+        raise BackendError(f"framework {name!r}: cannot import its backend module {info.module}: {exc}") from exc
+    factory = getattr(module, "make_backend", None)
+    if factory is None:
+        raise BackendError(f"framework {name!r}: {info.module} defines no make_backend()")
+    return factory()
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Where a framework runs: ``python`` None means this process."""
+
+    framework: str
+    python: Optional[str] = None
+
+    @property
+    def in_process(self) -> bool:
+        return self.python is None
+
+
+def python_env_var(name: str) -> str:
+    return PYTHON_ENV_PREFIX + name.upper()
+
+
+def resolve_runner(name: str, cwd: Optional[Path] = None) -> Runner:
+    """Where framework ``name`` runs (rules in the module docstring); BackendError if nowhere."""
+    info = framework_info(name)
+    variable = python_env_var(name)
+    configured = os.environ.get(variable)
+    if configured:
+        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+            raise BackendError(f"{variable}={configured!r} is not an executable Python interpreter")
+        return Runner(name, configured)
+    if info.import_name is None or importlib.util.find_spec(info.import_name) is not None:
+        return Runner(name)
+    nox_python = (cwd or Path.cwd()) / ".nox" / name / "bin" / "python"
+    if nox_python.is_file():
+        return Runner(name, str(nox_python))
+    raise BackendError(
+        f"framework {name!r} is not installed in this environment and .nox/{name} does not exist: "
+        f"run `python3 -m nox -s {name}` first (it builds the {name} virtualenv), "
+        f"or set {variable} to a Python that has {name} and gmpo-plugins"
+    )
+
+
+class RunFailed(Exception):
+    """A framework's subprocess run exited with an error."""
+
+
+def run_in_subprocess(
+    runner: Runner,
+    *,
+    loss_name: str,
+    model_dir: Path,
+    config: Mapping[str, Any],
+    device: str,
+    log_path: Path,
+) -> Iterator[dict[str, Any]]:
+    """Run one (framework, loss) in ``runner.python``; yield its per-step records as they come.
+
+    The child's stderr and any stdout line that is not a record go to ``log_path``;
+    a non-zero exit raises RunFailed quoting the log's last lines.
+    """
+    command = [
+        runner.python,
+        "-m",
+        "gmpo_plugins.compare.run_one",
+        "--framework",
+        runner.framework,
+        "--loss",
+        loss_name,
+        "--model",
+        str(model_dir),
+        "--device",
+        device,
+        "--config",
+        json.dumps(dict(config)),
+    ]
+    with log_path.open("w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(RECORD_PREFIX):
+                yield json.loads(line[len(RECORD_PREFIX) :])
+            else:
+                log.write(line)
+        code = process.wait()
+    if code != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
+        raise RunFailed(
+            f"framework {runner.framework!r}, loss {loss_name!r}: `{' '.join(command[:3])} ...` exited with "
+            f"status {code}; last lines of {log_path}:\n{tail}"
+        )

@@ -1,0 +1,80 @@
+"""Third-party GMPO implementations used as parity references (kind "reference").
+
+verl geo_mean   ``verl.trainer.ppo.core_algos.get_policy_loss_fn("geo_mean")`` called as
+                verl's actor calls it: (old_log_prob, log_prob, advantages (B, T),
+                response_mask, loss_agg_mode, ActorConfig, rollout_is_weights). Only the
+                function: verl's actor-side loss scaling is not applied. It averages over
+                the rows of the micro-batch it is given (``torch.mean``), so split
+                micro-batches do not accumulate to the whole-batch gradient; it has no
+                overflow guard; its clip fractions count every clamped token on either
+                side (verl #5614, #7913, #7916). Metric names are translated to core names.
+
+TRL's ``GMPOTrainer`` computes its loss inside ``_compute_loss`` of a trainer object and
+has no free-standing loss function; it is not a target yet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Mapping
+
+import torch
+
+from gmpo_plugins.core.types import BatchInfo
+
+VERL_METRICS = {"actor/pg_clipfrac": "clip_frac_high", "actor/pg_clipfrac_lower": "clip_frac_low", "actor/ppo_kl": "ppo_kl"}
+
+
+class VerlGeoMean:
+    """verl's built-in ``geo_mean`` policy loss behind the ``LossBackend`` interface."""
+
+    name = "verl geo_mean"
+
+    def __init__(self) -> None:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        self._fn = get_policy_loss_fn("geo_mean")
+
+    def supports(self, loss_name: str) -> bool:
+        return loss_name == "gmpo"
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, float]]:
+        from verl.workers.config import ActorConfig
+
+        rows = int(mask.shape[0])
+        config = ActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_mini_batch_size=rows,
+            ppo_micro_batch_size_per_gpu=rows,
+            clip_ratio_low=hparams["eps_low"],
+            clip_ratio_high=hparams["eps_high"],
+        )
+        token_advantages = advantages[:, None].expand_as(log_probs).to(log_probs.dtype)
+        loss, metrics = self._fn(
+            old_log_probs, log_probs, token_advantages, mask.to(log_probs.dtype), "token-mean", config, None
+        )
+        return loss, {VERL_METRICS[key]: value for key, value in metrics.items() if key in VERL_METRICS}
+
+
+def reference_targets() -> tuple[list, list[tuple[str, str]]]:
+    """(importable reference targets, skipped (label, reason))."""
+    from gmpo_plugins.compare.parity import ParityTarget
+
+    targets, skipped = [], []
+    if importlib.util.find_spec("verl") is None:
+        skipped.append((VerlGeoMean.name, "verl is not installed here"))
+    else:
+        targets.append(ParityTarget(VerlGeoMean.name, "reference", VerlGeoMean(), note="function only, see references.py"))
+    skipped.append(("trl GMPOTrainer", "no free-standing loss function to call (see references.py)"))
+    return targets, skipped

@@ -1,0 +1,81 @@
+"""gmpo-plugins compare: a real 2-step run on the default task and model."""
+
+import math
+import os
+import sys
+
+from conftest import read_records, without_timing
+
+from gmpo_plugins.cli.main import main
+
+FILES = ("metrics.jsonl", "report.md", "reward.png", "ratio_range.png", "entropy.png", "kl.png")
+
+
+def test_report_has_every_file(two_step_report):
+    for name in FILES:
+        assert (two_step_report / name).stat().st_size > 0, name
+    assert (two_step_report / "model-init" / "config.json").is_file()
+    for name in FILES[2:]:
+        assert (two_step_report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (two_step_report / "report.md").read_text()
+    assert "| core | gmpo |" in text and "| core | grpo |" in text
+    assert "![" in text and "How to read it" in text
+
+
+def test_metrics_are_finite_and_complete(two_step_report):
+    records = read_records(two_step_report)
+    assert [(r["loss_name"], r["step"]) for r in records] == [("gmpo", 1), ("gmpo", 2), ("grpo", 1), ("grpo", 2)]
+    keys = {
+        "reward", "entropy", "kl_init", "clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max",
+        "seq_weight_min", "seq_weight_max", "policy_loss", "grad_norm",
+    }
+    for record in records:
+        assert keys <= set(record)
+        for key, value in record.items():
+            if isinstance(value, float):
+                assert math.isfinite(value), (key, value)
+        assert 0.0 <= record["reward"] <= 1.0
+        # several updates per rollout batch: the ratios moved off 1
+        assert record["log_ratio_max"] - record["log_ratio_min"] > 1e-3
+    # the first step starts from the initial policy: KL exactly 0; the default warm-up leaves
+    # the success rate strictly between 0 and 1
+    assert records[0]["kl_init"] == 0.0
+    assert 0.0 < records[0]["reward"] < 1.0
+
+
+def test_gmpo_and_grpo_see_identical_first_rollouts(two_step_report):
+    records = read_records(two_step_report)
+    first = {r["loss_name"]: r for r in records if r["step"] == 1}
+    assert first["gmpo"]["rollout_digest"] == first["grpo"]["rollout_digest"]
+    for key in ("reward", "entropy", "mixed_groups", "response_len"):
+        assert first["gmpo"][key] == first["grpo"][key]
+    # the losses differ, so the updates (and the next rollouts) do
+    assert first["gmpo"]["policy_loss"] != first["grpo"]["policy_loss"]
+
+
+def test_same_seed_identical_metrics(two_step_report, tmp_path):
+    assert main(["compare", "--steps", "2", "--out", str(tmp_path)]) == 0
+    assert without_timing(read_records(tmp_path)) == without_timing(read_records(two_step_report))
+
+
+def test_other_seed_other_rollouts(two_step_report, tmp_path):
+    model = two_step_report / "model-init"
+    assert main(["compare", "--steps", "1", "--losses", "gmpo", "--seed", "1", "--model", str(model), "--out", str(tmp_path)]) == 0
+    (record,) = read_records(tmp_path)
+    assert record["rollout_digest"] != read_records(two_step_report)[0]["rollout_digest"]
+
+
+def test_subprocess_runner_matches_in_process(two_step_report, tmp_path, monkeypatch):
+    """A framework run in another interpreter (here: core forced into a subprocess of this
+    Python) gives the records of the in-process run from the same model."""
+    model = two_step_report / "model-init"
+    args = ["compare", "--steps", "2", "--losses", "gmpo", "--model", str(model)]
+    assert main([*args, "--out", str(tmp_path / "in")]) == 0
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_CORE", sys.executable)
+    assert main([*args, "--out", str(tmp_path / "sub")]) == 0
+    assert os.path.isfile(tmp_path / "sub" / "logs" / "core-gmpo.log")
+    in_process, subprocess_ = read_records(tmp_path / "in"), read_records(tmp_path / "sub")
+    assert len(subprocess_) == 2
+    assert without_timing(subprocess_) == without_timing(in_process)
+    # and the model round trip is exact: the same first rollout as the default run
+    assert in_process[0]["rollout_digest"] == read_records(two_step_report)[0]["rollout_digest"]
