@@ -57,11 +57,13 @@ def trl(session: nox.Session) -> None:
 @nox.session
 def verl(session: nox.Session) -> None:
     """verl adapter: entry-point registration (also in a Ray worker), config translation,
-    verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla."""
+    verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
+    `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *session.posargs)
+    session.run("gmpo-plugins", "parity")
 
 
 # openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build

@@ -1,0 +1,137 @@
+"""The verl backend of ``gmpo-plugins compare``: registry losses through verl's own policy-loss
+registry, as verl's ``ppo_loss`` calls them.
+
+For each mini-batch the backend builds verl's actor config (``FSDPActorConfig``, one per
+distinct setting; verl's configs are frozen), fills ``config.global_batch_info`` as
+``ppo_loss`` does, looks the loss up with ``core_algos.get_policy_loss_fn`` under its
+unambiguous name ``gmpo_plugins.<name>`` (registered by ``gmpo_plugins.adapters.verl``) and
+calls it with verl's keywords. Translation (the inverse of ``adapters.verl.options``):
+
+    eps_low, eps_high  -> clip_ratio_low, clip_ratio_high   (same units as the core)
+    dual_clip          -> clip_ratio_c
+    reduction          -> loss_agg_mode    (sequence-level losses: seq-mean-token-mean;
+                                            token-level losses without reductions: token-mean)
+    norm_length        -> loss_scale_factor
+    advantages (B,)    -> (B, T) advantages * mask (verl's GRPO layout)
+    BatchInfo          -> global_batch_info (dp_size, global_batch_size, batch_num_tokens)
+    metrics            <- actor/gmpo/<key> -> <key>; policy_loss = the returned loss
+
+Hyper-parameters verl cannot carry (``kl_beta``, ``kl_estimator``, ``log_ratio_bound``) must
+keep their registry defaults; other values raise ``BackendError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from gmpo_plugins.compare.backends import BackendError, Metric
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import BatchInfo
+
+FIELDS = {
+    "eps_low": "clip_ratio_low",
+    "eps_high": "clip_ratio_high",
+    "dual_clip": "clip_ratio_c",
+    "reduction": "loss_agg_mode",
+    "norm_length": "loss_scale_factor",
+}
+METRIC_PREFIX = "actor/gmpo/"
+
+
+def verl_fields(loss_name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """verl actor-config fields carrying ``hparams`` of registry loss ``loss_name``."""
+    spec = get_loss(loss_name)
+    fields: dict[str, Any] = {}
+    for name, value in hparams.items():
+        if name in FIELDS:
+            fields[FIELDS[name]] = value
+        elif value != spec.defaults.get(name):
+            raise BackendError(
+                f"verl: {loss_name} hyper-parameter {name}={value!r} cannot be set through verl's actor config "
+                f"(only {sorted(FIELDS)}); keep its default {spec.defaults.get(name)!r}"
+            )
+    if "reduction" not in spec.defaults:
+        fields["loss_agg_mode"] = SEQ_MEAN_TOKEN_MEAN if spec.sequence_level else TOKEN_MEAN
+    return fields
+
+
+class VerlBackend:
+    """Registry losses called through verl 0.9's ``POLICY_LOSS_REGISTRY`` (module docstring)."""
+
+    name = "verl"
+
+    def __init__(self) -> None:
+        import gmpo_plugins.adapters.verl  # noqa: F401 - registers the losses (idempotent)
+
+        self._configs: dict[tuple, Any] = {}
+
+    def supports(self, loss_name: str) -> bool:
+        from gmpo_plugins.adapters.verl import PREFIX
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+        get_loss(loss_name)
+        return PREFIX + loss_name in POLICY_LOSS_REGISTRY
+
+    def _config(self, loss_mode: str, fields: Mapping[str, Any]):
+        key = (loss_mode, tuple(sorted(fields.items())))
+        if key not in self._configs:
+            from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+            self._configs[key] = FSDPActorConfig(
+                strategy="fsdp",
+                rollout_n=1,
+                ppo_micro_batch_size_per_gpu=1,
+                policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+                **fields,
+            )
+        return self._configs[key]
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        from gmpo_plugins.adapters.verl import PREFIX
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        loss_mode = PREFIX + loss_name
+        config = self._config(loss_mode, verl_fields(loss_name, hparams))
+        config.global_batch_info.update(
+            dp_size=batch_info.dp_size,
+            global_batch_size=_as_int(batch_info.global_batch_size),
+            batch_num_tokens=_as_int(batch_info.global_num_tokens),
+            loss_scale_factor=config.loss_scale_factor,
+        )
+        mask = mask.bool()
+        if advantages.dim() == 1:
+            advantages = advantages[:, None] * mask
+        loss, metrics = get_policy_loss_fn(loss_mode)(
+            old_log_prob=old_log_probs,
+            log_prob=log_probs,
+            advantages=advantages,
+            response_mask=mask,
+            loss_agg_mode=config.loss_agg_mode,
+            config=config,
+            rollout_is_weights=None,
+        )
+        core = {key[len(METRIC_PREFIX) :]: value for key, value in metrics.items() if key.startswith(METRIC_PREFIX)}
+        core["policy_loss"] = loss.detach()
+        return loss, core
+
+
+def _as_int(value: Any) -> Any:
+    """verl passes counts as Python ints (``.item()`` in its engine)."""
+    return int(value) if isinstance(value, torch.Tensor) else value
+
+
+def make_backend() -> VerlBackend:
+    return VerlBackend()
