@@ -21,8 +21,7 @@ cache, so the extra memory of a call is the 1-byte ``active`` mask, O(B) outputs
 one bounded workspace, and nothing of size (B, T) in float is saved for backward.
 
 Invalid input that ``validate=True`` rejects behaves differently from the eager path: a
-NaN log ratio at a valid position counts as 0 here (eager: NaN loss), and a non-finite
-per-row coefficient gives NaN instead of 0 on that row's inactive tokens.
+NaN log ratio at a valid position counts as 0 here (eager: NaN loss).
 """
 
 from __future__ import annotations
@@ -39,14 +38,14 @@ BLOCKS = 16  # CPU: aim for this many blocks, so the workspace stays ~1/16 of th
 BLOCK_ELEMENTS_ACCELERATOR = 1 << 22  # elsewhere: fewer, larger launches
 
 
-def rows_per_block(batch: int, length: int, device: torch.device) -> int:
+def rows_per_block(batch: int, length: int, device: torch.device, blocks: int = BLOCKS) -> int:
     """Rows processed together. On CPU a block holds about tokens / BLOCKS elements,
     clamped to [MIN_BLOCK_ELEMENTS, BLOCK_ELEMENTS]: each torch op costs a few
     microseconds of overhead, so blocks must not be tiny, and the workspace (about five
     float temporaries of one block) must stay well below the gradient so that the
     peak of a forward+backward is the backward's (gradient + 1-byte mask)."""
     if device.type == "cpu":
-        elements = min(BLOCK_ELEMENTS, max(MIN_BLOCK_ELEMENTS, batch * length // BLOCKS))
+        elements = min(BLOCK_ELEMENTS, max(MIN_BLOCK_ELEMENTS, batch * length // blocks))
     else:
         elements = BLOCK_ELEMENTS_ACCELERATOR
     return max(1, elements // max(1, length))
@@ -114,9 +113,23 @@ def forward(
     return out, active
 
 
+_SAME_WIDTH_INT = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+}
+
+
 def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """grad (B, T) in ``dtype``: active_t * coef_i, multiplied in the compute dtype and
-    rounded once. (A non-finite coef_i, i.e. a non-finite loss, gives NaN on the row's
-    inactive tokens where the eager path gives 0.)"""
+    """grad (B, T) in ``dtype``: coef_i (rounded to ``dtype``) where active, +0 elsewhere.
+
+    Written as a bit select, ``bits(grad) = -active & bits(coef_i)``, in place on the
+    gradient: no temporary, and exactly 0 on inactive tokens even where coef_i is inf or
+    NaN (a multiplication would give NaN there, autograd through where/clamp gives 0).
+    """
     grad = torch.empty(active.shape, dtype=dtype, device=active.device)
-    return grad.copy_(active.view(torch.uint8)).mul_(coef[:, None])
+    as_int = _SAME_WIDTH_INT[dtype]
+    bits = grad.view(as_int).copy_(active.view(torch.uint8)).neg_()
+    bits.bitwise_and_(coef.to(dtype).view(as_int)[:, None])
+    return grad

@@ -42,6 +42,9 @@ from gmpo_plugins.core.reduce import (
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 
+TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
+
+
 class _Clip:
     """Hyper-parameters of the clipped surrogate."""
 
@@ -49,66 +52,70 @@ class _Clip:
         self.low, self.high, self.dual, self.bound = 1.0 - eps_low, 1.0 + eps_high, dual_clip, bound
 
 
-def _block(log_probs, old, mask, advantages, weights, dtype):
-    """Block tensors in the compute dtype: valid (0/1 float), r (0 on padding), A, w."""
-    valid_bool = mask if mask.dtype == torch.bool else mask != 0
-    valid = valid_bool.view(torch.uint8).to(dtype)
-    r = torch.sub(log_probs.to(dtype), old.to(dtype)).mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    a = advantages.to(dtype)
-    a = a[:, None] if a.dim() == 1 else a
-    w = None if weights is None else weights.to(dtype)
-    w = w[:, None] if w is not None and w.dim() == 1 else w
-    return valid_bool, valid, r, a, w
+class _Block:
+    """One block of rows in the compute dtype, with float 0/1 masks only (torch's CPU
+    kernels with boolean operands are several times slower than the float ones).
 
+    valid (0/1), r (log ratio, 0 on padding even for NaN/inf padding), ratio = exp(clamp(r)),
+    neg_a = -A, u = -A * ratio, c = -A * clamp(ratio, 1 - eps_low, 1 + eps_high),
+    pg = max(u, c) then the dual cap, cap_eff = -A * dual_clip where A < 0 else +inf.
+    """
 
-def _surrogate(r, a, clip: _Clip):
-    """(ratio, u, c, pg, capped) of one block (module docstring)."""
-    ratio = r.clamp(-clip.bound, clip.bound).exp_()
-    u = -a * ratio
-    c = -a * ratio.clamp(clip.low, clip.high)
-    pg = torch.maximum(u, c)
-    capped = None
-    if clip.dual is not None:
-        cap = -a * clip.dual
-        capped = (a < 0) & (pg > cap)
-        pg = torch.where(capped, cap, pg)
-    return ratio, u, c, pg, capped
+    def __init__(self, log_probs, old, mask, advantages, weights, clip: _Clip, dtype) -> None:
+        valid_bool = mask if mask.dtype == torch.bool else mask != 0
+        self.valid = valid_bool.view(torch.uint8).to(dtype)
+        r = torch.sub(log_probs.to(dtype), old.to(dtype)).mul_(self.valid)
+        self.r = r.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+        self.clamped = r.clamp(-clip.bound, clip.bound)
+        self.ratio = self.clamped.exp()
+        a = advantages.to(dtype)
+        self.a = a[:, None] if a.dim() == 1 else a
+        self.neg_a = -self.a
+        self.u = self.ratio * self.neg_a
+        self.banded = self.ratio.clamp(clip.low, clip.high)
+        self.c = self.banded * self.neg_a
+        self.pg = torch.maximum(self.u, self.c)
+        self.cap = None
+        if clip.dual is not None:
+            self.cap = torch.where(self.a < 0, self.neg_a * clip.dual, math.inf)
+            self.pg = torch.minimum(self.pg, self.cap)  # the value of where(A < 0 & pg > cap, cap, pg)
+        w = None if weights is None else weights.to(dtype)
+        self.w = w[:, None] if w is not None and w.dim() == 1 else w
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (8, B)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (9, B)."""
 
     @staticmethod
     def forward(ctx, log_probs, old, mask, advantages, weights, clip):  # type: ignore[override]
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
-        out = torch.empty((9, batch), dtype=dtype, device=log_probs.device)
-        step = rows_per_block(batch, length, log_probs.device)
+        out = torch.zeros((9, batch), dtype=dtype, device=log_probs.device)
+        step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
         big = torch.finfo(dtype).max
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
-            m, valid, r, a, w = _block(log_probs[rows], old[rows], mask[rows], advantages[rows],
-                                       None if weights is None else weights[rows], dtype)
-            ratio, _, _, pg, capped = _surrogate(r, a, clip)
-            if w is not None:
-                pg = pg * w
+            k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
+                       None if weights is None else weights[rows], clip, dtype)
             o = out[:, rows]
-            torch.sum(torch.where(m, pg, 0.0), dim=-1, out=o[0])
-            torch.sum(r, dim=-1, out=o[1])
-            torch.sum(valid, dim=-1, out=o[2])
-            torch.sum(((a < 0) & (ratio < clip.low) & m).to(dtype), dim=-1, out=o[3])
-            torch.sum(((a > 0) & (ratio > clip.high) & m).to(dtype), dim=-1, out=o[4])
-            invalid = torch.rsub(valid, 1.0)
-            torch.amin(torch.add(r, invalid, alpha=big), dim=-1, out=o[5])
-            torch.amax(torch.add(r, invalid, alpha=-big), dim=-1, out=o[6])
-            if capped is not None:
-                torch.sum((capped & m).to(dtype), dim=-1, out=o[7])
-            else:
-                o[7].zero_()
+            pg = k.pg * k.w if k.w is not None else k.pg.clone()
+            pg.mul_(k.valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+            torch.sum(pg, dim=-1, out=o[0])
+            torch.sum(k.r, dim=-1, out=o[1])
+            torch.sum(k.valid, dim=-1, out=o[2])
+            # clipped: A < 0 and ratio < 1 - eps_low / A > 0 and ratio > 1 + eps_high, valid
+            low = torch.lt(k.ratio, clip.low, out=pg).mul_(k.valid).mul_((k.a < 0).to(dtype))
+            torch.sum(low, dim=-1, out=o[3])
+            high = torch.gt(k.ratio, clip.high, out=pg).mul_(k.valid).mul_((k.a > 0).to(dtype))
+            torch.sum(high, dim=-1, out=o[4])
+            invalid = torch.rsub(k.valid, 1.0)
+            torch.amin(torch.add(k.r, invalid, alpha=big, out=pg), dim=-1, out=o[5])
+            torch.amax(torch.add(k.r, invalid, alpha=-big, out=pg), dim=-1, out=o[6])
+            if k.cap is not None:
+                torch.sum(torch.gt(torch.maximum(k.u, k.c), k.cap, out=pg).mul_(k.valid), dim=-1, out=o[7])
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
-        out[8].zero_()
         ctx.save_for_backward(log_probs, old, mask, advantages, weights)
         ctx.clip = clip
         ctx.mark_non_differentiable(out)
@@ -122,21 +129,24 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = grad_sum.dtype
         grad = torch.empty_like(log_probs)
-        step = rows_per_block(batch, length, log_probs.device)
+        step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
-            m, valid, r, a, w = _block(log_probs[rows], old[rows], mask[rows], advantages[rows],
-                                       None if weights is None else weights[rows], dtype)
-            ratio, u, c, _, capped = _surrogate(r, a, clip)
-            tie = (u == c).to(dtype) * 0.5
-            band = ((ratio >= clip.low) & (ratio <= clip.high)).to(dtype)
-            share = (u > c).to(dtype) + tie + ((c > u).to(dtype) + tie) * band
-            d = (-a * ratio) * share * ((r >= -clip.bound) & (r <= clip.bound)).to(dtype) * valid
-            if capped is not None:
-                d = d.masked_fill_(capped, 0.0)
-            if w is not None:
-                d = d * w
-            grad[rows] = (d * grad_sum[rows, None]).masked_fill_(~m, 0.0)
+            k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
+                       None if weights is None else weights[rows], clip, dtype)
+            # share of d pg / d (-A ratio): 1 where u > c, band where u < c, (1 + band) / 2 on a tie
+            tie = torch.eq(k.u, k.c).to(dtype)
+            first = torch.gt(k.u, k.c).to(dtype).add_(tie, alpha=0.5)
+            band = torch.eq(k.banded, k.ratio, out=k.banded)
+            share = band.add_(first.mul_(band.neg().add_(1.0)))  # first + (1 - first) * band
+            d = share.mul_(k.neg_a).mul_(k.ratio)
+            d.mul_(torch.eq(k.clamped, k.r, out=k.clamped)).mul_(k.valid)  # overflow guard, padding
+            if k.cap is not None:
+                d.mul_(torch.le(torch.maximum(k.u, k.c), k.cap).to(dtype))
+            if k.w is not None:
+                d.mul_(k.w)
+            d.mul_(grad_sum[rows, None])
+            grad[rows] = d.masked_fill_(~(mask[rows] if mask.dtype == torch.bool else mask[rows] != 0), 0.0)
         return grad, None, None, None, None, None
 
 
