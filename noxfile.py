@@ -80,7 +80,9 @@ OPENRLHF_REQUIREMENTS = (
 @nox.session
 def openrlhf(session: nox.Session) -> None:
     """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
-    byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker.
+    byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker;
+    then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
+    are reported).
 
     CPU install: openrlhf without its dependencies, then those with torch held at TORCH,
     then flash-attn's Python sources only (no CUDA build). tests/openrlhf/shims (on
@@ -89,7 +91,8 @@ def openrlhf(session: nox.Session) -> None:
     """
     session.install(TORCH)
     session.install("--no-deps", OPENRLHF)
-    constraints = os.path.join(session.create_tmp(), "torch-constraint.txt")
+    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
+    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
     with open(constraints, "w") as handle:
         handle.write(TORCH + "\n")
     session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
@@ -99,7 +102,9 @@ def openrlhf(session: nox.Session) -> None:
     )
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
-    session.run("pytest", "tests/openrlhf", *session.posargs, env={"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"})
+    env = {"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"}
+    session.run("pytest", "tests/openrlhf", *session.posargs, env=env)
+    session.run("gmpo-plugins", "parity", env=env)
 
 
 @nox.session

@@ -1,0 +1,150 @@
+"""The OpenRLHF backend of ``gmpo-plugins compare`` / ``parity``: registry losses through
+OpenRLHF 0.11.2's own ``openrlhf.models.loss.PolicyLoss``, patched by
+``gmpo_plugins.adapters.openrlhf`` (the class ``ActorPPOTrainer.training_step`` calls).
+
+For each mini-batch the backend builds (once per distinct setting) the PolicyLoss that
+``ActorPPOTrainer`` would build from the CLI flags, under the unambiguous name
+``gmpo_plugins.<name>``, and calls it as ``training_step`` does. Translation (the inverse of
+``adapters.openrlhf.options``):
+
+    eps_low, eps_high   -> clip_eps_low, clip_eps_high   (--actor.eps_clip_low_high; core units)
+    dual_clip           -> dual_clip                     (--actor.dual_clip)
+    reduction           -> token_level_loss = reduction == "token-mean"  (--actor.loss_agg_mode;
+                           sequence-level losses: False, i.e. seq-mean-token-mean, no warning)
+    advantages (B,)     -> (B, T) advantages * mask       (OpenRLHF's per-token layout)
+    mask (B, T) bool    -> action_mask int64              (OpenRLHF's dtype)
+    BatchInfo           -> dp_size (int), batch_num_tokens, global_batch_size (0-d float32)
+    metrics             <- clip_ratio -> clip_frac, ppo_kl -> ppo_kl, policy_loss = the loss
+
+Hyper-parameters OpenRLHF cannot carry (``kl_beta``, ``kl_estimator``, ``log_ratio_bound``,
+``norm_length``) must keep their registry defaults, else ``BackendError``. ``supports`` is
+False for losses the adapter refuses (``dr_grpo``).
+
+``parity_targets()`` adds, besides the adapter, OpenRLHF's own ``ppo`` (for grpo/dapo) and
+``gspo`` (for gspo) as *reference* targets: third-party implementations whose differences
+are reported, never an error.
+
+On a machine without CUDA, importing OpenRLHF needs stand-ins for ``flash_attn_2_cuda`` and
+``vllm`` on PYTHONPATH (``tests/openrlhf/shims``, test-only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Optional
+
+import torch
+
+from gmpo_plugins.compare.backends import BackendError, Metric
+from gmpo_plugins.core.reduce import TOKEN_MEAN
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import BatchInfo
+
+CARRIED = ("eps_low", "eps_high", "dual_clip", "reduction")
+OWN = {"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"}  # OpenRLHF's own implementation of a registry loss
+
+
+def policy_loss_kwargs(loss_name: str, hparams: Mapping[str, Any], policy_loss_type: str) -> dict[str, Any]:
+    """OpenRLHF PolicyLoss constructor arguments carrying ``hparams`` of ``loss_name``."""
+    spec = get_loss(loss_name)
+    for name, value in hparams.items():
+        if name not in CARRIED and value != spec.defaults.get(name):
+            raise BackendError(
+                f"openrlhf: {loss_name} hyper-parameter {name}={value!r} cannot be set through OpenRLHF's "
+                f"PolicyLoss (only {list(CARRIED)}); keep its default {spec.defaults.get(name)!r}"
+            )
+    reduction = hparams.get("reduction")
+    return {
+        "clip_eps_low": hparams.get("eps_low", 0.2),
+        "clip_eps_high": hparams.get("eps_high", 0.2),
+        "dual_clip": hparams.get("dual_clip"),
+        "token_level_loss": reduction == TOKEN_MEAN if reduction is not None else not spec.sequence_level,
+        "policy_loss_type": policy_loss_type,
+    }
+
+
+def _count(value: Any, device: torch.device) -> Optional[torch.Tensor]:
+    """OpenRLHF passes the global counts as 0-d float32 tensors (``loss_utils``)."""
+    return None if value is None else torch.as_tensor(value, dtype=torch.float32, device=device).reshape(())
+
+
+class OpenRLHFBackend:
+    """A registry loss through the patched PolicyLoss (``own=False``), or OpenRLHF's own
+    ppo/gspo for the registry loss it implements (``own=True``, a reference)."""
+
+    def __init__(self, own: bool = False) -> None:
+        from gmpo_plugins.adapters.openrlhf import install
+
+        install()
+        from openrlhf.models.loss import PolicyLoss
+
+        self._policy_loss_class = PolicyLoss
+        self._own = own
+        self._modules: dict[tuple, Any] = {}
+        self.name = "openrlhf own" if own else "openrlhf"
+
+    def _policy_loss_type(self, loss_name: str) -> str:
+        from gmpo_plugins.adapters.openrlhf.options import PREFIX
+
+        return OWN[loss_name] if self._own else PREFIX + loss_name
+
+    def supports(self, loss_name: str) -> bool:
+        from gmpo_plugins.adapters.openrlhf.options import OpenRLHFConfigError
+
+        spec = get_loss(loss_name)
+        if self._own:
+            return loss_name in OWN and spec.provider == "gmpo-plugins"
+        try:
+            self._module(loss_name, spec.resolve({}))
+        except (OpenRLHFConfigError, BackendError):
+            return False
+        return True
+
+    def _module(self, loss_name: str, hparams: Mapping[str, Any]):
+        kwargs = policy_loss_kwargs(loss_name, hparams, self._policy_loss_type(loss_name))
+        key = tuple(sorted(kwargs.items()))
+        if key not in self._modules:
+            self._modules[key] = self._policy_loss_class(**kwargs)
+        return self._modules[key]
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        action_mask = mask.to(torch.long)
+        if advantages.dim() == 1:
+            advantages = advantages[:, None] * action_mask
+        loss, clip_ratio, ppo_kl, _, _ = self._module(loss_name, hparams)(
+            log_probs,
+            old_log_probs,
+            advantages,
+            action_mask=action_mask,
+            rollout_log_probs=None,
+            dp_size=batch_info.dp_size,
+            batch_num_tokens=_count(batch_info.global_num_tokens, mask.device),
+            global_batch_size=_count(batch_info.global_batch_size, mask.device),
+        )
+        return loss, {"policy_loss": loss.detach(), "clip_frac": clip_ratio, "ppo_kl": ppo_kl}
+
+
+def make_backend() -> OpenRLHFBackend:
+    return OpenRLHFBackend()
+
+
+def parity_targets() -> Iterator[Any]:
+    """The adapter, and OpenRLHF's own ppo / gspo as references."""
+    from gmpo_plugins.compare.parity import ParityTarget
+
+    yield ParityTarget("openrlhf adapter", "adapter", OpenRLHFBackend(), note="patched PolicyLoss")
+    yield ParityTarget(
+        "openrlhf ppo/gspo (own)",
+        "reference",
+        OpenRLHFBackend(own=True),
+        note="OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo",
+    )
