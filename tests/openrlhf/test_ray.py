@@ -5,6 +5,8 @@ patched PolicyLoss and computes the core's gmpo loss. One test: starting Ray is 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 
 import torch
 
@@ -20,6 +22,9 @@ def test_ray_worker_sees_the_patched_policy_loss(loss_module, monkeypatch):
     kwargs = record_ray_init(monkeypatch, ["--actor.policy_loss_type", "gmpo", *GROUP])
     monkeypatch.setattr(ray, "init", real_init)
     assert not ray.is_initialized()
+    temp = os.path.realpath(tempfile.gettempdir())
+    if temp.startswith(os.path.realpath(sys.prefix) + os.sep):  # Ray's workers refuse a temp_dir in the venv
+        kwargs["_temp_dir"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     ray.init(num_cpus=2, include_dashboard=False, **kwargs)
     try:
 
