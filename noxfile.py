@@ -48,10 +48,12 @@ def kernels(session: nox.Session) -> None:
 
 @nox.session
 def trl(session: nox.Session) -> None:
-    """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer."""
+    """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
+    `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "trl==1.16.0")
     session.run("pytest", "tests/trl", *session.posargs)
+    session.run("gmpo-plugins", "parity")
 
 
 @nox.session

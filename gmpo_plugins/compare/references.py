@@ -9,8 +9,11 @@ verl geo_mean   ``verl.trainer.ppo.core_algos.get_policy_loss_fn("geo_mean")`` c
                 overflow guard; its clip fractions count every clamped token on either
                 side (verl #5614, #7913, #7916). Metric names are translated to core names.
 
-TRL's ``GMPOTrainer`` computes its loss inside ``_compute_loss`` of a trainer object and
-has no free-standing loss function; it is not a target yet.
+trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run on the given
+                tensors by ``gmpo_plugins.adapters.trl.TrlGMPOBackend`` (a stand-in trainer
+                returns them as the model's log-probs; G = N / b accumulation steps, as
+                TRL's trainer divides each micro-batch mean). It counts rows without a valid
+                token in its mean with their constant -A_i, and has no overflow guard.
 """
 
 from __future__ import annotations
@@ -76,5 +79,10 @@ def reference_targets() -> tuple[list, list[tuple[str, str]]]:
         skipped.append((VerlGeoMean.name, "verl is not installed here"))
     else:
         targets.append(ParityTarget(VerlGeoMean.name, "reference", VerlGeoMean(), note="function only, see references.py"))
-    skipped.append(("trl GMPOTrainer", "no free-standing loss function to call (see references.py)"))
+    if importlib.util.find_spec("trl") is None:
+        skipped.append(("trl GMPOTrainer", "trl is not installed here"))
+    else:
+        from gmpo_plugins.adapters.trl import TrlGMPOBackend
+
+        targets.append(ParityTarget(TrlGMPOBackend.name, "reference", TrlGMPOBackend(), note="TRL's own _compute_loss"))
     return targets, skipped

@@ -34,10 +34,12 @@ FROM_TRL = {
 }
 
 
-class _SingleProcess:
-    """The two accelerator collectives GMPOTrainer._compute_loss uses, for one process."""
+class SingleProcessAccelerator:
+    """The accelerator collectives a trainer's ``_compute_loss`` uses, for one process
+    (``num_processes`` is what the loss normalisation reads)."""
 
-    num_processes = 1
+    def __init__(self, num_processes: int = 1) -> None:
+        self.num_processes = num_processes
 
     @staticmethod
     def reduce(tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
@@ -61,7 +63,7 @@ class _TensorTrainer:
         self.top_entropy_quantile = 1.0
         self.current_gradient_accumulation_steps = accumulation_steps
         self.model = SimpleNamespace(training=True)
-        self.accelerator = _SingleProcess()
+        self.accelerator = SingleProcessAccelerator()
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):

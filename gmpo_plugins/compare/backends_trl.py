@@ -1,0 +1,151 @@
+"""The TRL backend of ``gmpo-plugins compare`` / ``parity``: registry losses through the TRL
+adapter's call site, ``RegistryGRPOTrainer._compute_loss``.
+
+For each mini-batch the backend runs that method (the adapter's code, unmodified) on a
+stand-in for the trainer whose ``_get_per_token_logps_and_entropies`` returns the given
+log-probs: the compare trainer owns the model, so TRL's model forward is the one part
+replaced. Everything the adapter translates is exercised: GRPOConfig -> hyper-parameters
+(``adapters.trl.options``), TRL's accumulation -> ``BatchInfo``
+(``adapters.trl.normalisation``) and the metric names (``adapters.trl.metrics``).
+Translation (the inverse of ``adapters.trl.options``):
+
+    eps_low, eps_high, kl_beta -> GRPOConfig.epsilon, epsilon_high, beta
+    norm_length                -> GRPOConfig.max_completion_length
+    other hyper-parameters     -> loss_hparams
+    BatchInfo(P, N, M), b rows -> accumulation steps G = N / (b * P), steps_per_generation
+                                  = G, num_items_in_batch = M (so TRL's window holds N
+                                  sequences and M tokens), accelerator.num_processes = P
+    metrics                    <- TRL names back to core names (clip_ratio/low_mean ->
+                                  clip_frac_low, ...); policy_loss divided by G again
+
+Metrics are those of this process (the stand-in's collectives do not communicate).
+"""
+
+from __future__ import annotations
+
+import types
+from collections import defaultdict
+from typing import Any, Mapping
+
+import torch
+
+from gmpo_plugins.compare.backends import Metric
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import BatchInfo
+
+FROM_TRL = {
+    "clip_ratio/low_mean": "clip_frac_low",
+    "clip_ratio/high_mean": "clip_frac_high",
+    "clip_ratio/region_mean": "clip_frac",
+    "clip_ratio/dual_mean": "clip_frac_dual",
+}
+
+
+def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(GRPOConfig fields, loss_hparams) that carry ``hparams`` of registry loss ``loss_name``."""
+    from gmpo_plugins.adapters.trl.options import TRANSLATED
+
+    get_loss(loss_name)
+    fields: dict[str, Any] = {"use_bias_correction_kl": False}
+    extra: dict[str, Any] = {}
+    for name, value in hparams.items():
+        if name in TRANSLATED:
+            fields[TRANSLATED[name]] = value
+        else:
+            extra[name] = value
+    return fields, extra
+
+
+class _TrainerStandIn:
+    """What ``RegistryGRPOTrainer._compute_loss`` reads from its trainer."""
+
+    def __init__(self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float,
+                 num_processes: int) -> None:
+        from gmpo_plugins.adapters.trl.reference import SingleProcessAccelerator
+        from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
+
+        self.args = args
+        self.loss_spec = spec
+        self.loss_hparams = loss_hparams
+        self.beta = args.beta
+        self.use_vllm = False
+        self.vllm_importance_sampling_correction = False
+        self.aux_loss_enabled = False
+        self.model = types.SimpleNamespace(training=True)
+        self.current_gradient_accumulation_steps = accumulation
+        self.accelerator = SingleProcessAccelerator(num_processes)
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._log_probs = log_probs
+        self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
+
+
+class TrlBackend:
+    """Registry losses through ``RegistryGRPOTrainer._compute_loss`` (module docstring)."""
+
+    name = "trl"
+
+    def __init__(self) -> None:
+        self._settings: dict[tuple, tuple[Any, dict]] = {}
+
+    def supports(self, loss_name: str) -> bool:
+        get_loss(loss_name)
+        return True
+
+    def _config(self, loss_name: str, hparams: Mapping[str, Any]) -> tuple[Any, dict]:
+        key = (loss_name, tuple(sorted(hparams.items(), key=lambda item: item[0])))
+        if key not in self._settings:
+            from trl import GRPOConfig
+
+            from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
+
+            fields, extra = trl_settings(loss_name, hparams)
+            args = GRPOConfig(use_cpu=True, report_to="none", **fields)
+            self._settings[key] = (args, loss_hparams_from_args(args, get_loss(loss_name), extra))
+        return self._settings[key]
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
+
+        args, loss_hparams = self._config(loss_name, hparams)
+        rows, length = mask.shape
+        processes = batch_info.dp_size
+        sequences = rows * processes if batch_info.global_batch_size is None else batch_info.global_batch_size
+        tokens = mask.sum() * processes if batch_info.global_num_tokens is None else batch_info.global_num_tokens
+        accumulation = float(sequences) / (rows * processes)
+        args.steps_per_generation = accumulation
+        device = log_probs.device
+        inputs = {
+            "prompt_ids": torch.zeros(rows, 1, dtype=torch.long, device=device),
+            "prompt_mask": torch.ones(rows, 1, dtype=torch.long, device=device),
+            "completion_ids": torch.zeros(rows, length, dtype=torch.long, device=device),
+            "completion_mask": mask.long(),
+            "advantages": advantages,
+            "old_per_token_logps": old_log_probs,
+            "num_items_in_batch": torch.as_tensor(tokens, device=device),
+        }
+        stand_in = _TrainerStandIn(args, get_loss(loss_name), loss_hparams, log_probs, accumulation, processes)
+        loss = RegistryGRPOTrainer._compute_loss(stand_in, None, inputs)
+        metrics: dict[str, Metric] = {}
+        for name, values in stand_in._metrics["train"].items():
+            if name != "entropy":
+                metrics[FROM_TRL.get(name, name)] = values[-1]
+        metrics["policy_loss"] = metrics["policy_loss"] / accumulation
+        return loss, metrics
+
+
+def make_backend() -> TrlBackend:
+    """This module's backend factory (the ``trl`` framework)."""
+    return TrlBackend()

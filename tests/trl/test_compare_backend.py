@@ -1,0 +1,62 @@
+"""``gmpo-plugins parity`` / ``compare`` with trl installed: the TRL adapter backend
+(``RegistryGRPOTrainer._compute_loss``) equals the core on the parity command's hard cases,
+whole and split, and TRL's own GMPO is listed as a reference whose differences from the
+core are the documented ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gmpo_plugins import list_losses
+from gmpo_plugins.adapters.trl import TrlGMPOBackend
+from gmpo_plugins.compare.backends import CoreBackend, load_backend
+from gmpo_plugins.compare.backends_trl import TrlBackend, trl_settings
+from gmpo_plugins.compare.parity import ParityTarget, compare_target, discover_targets, evaluate, parity_cases
+
+
+def test_parity_discovers_the_trl_adapter_and_reference():
+    targets, skipped = discover_targets()
+    by_label = {target.label: target for target in targets}
+    assert by_label["trl adapter"].kind == "adapter" and isinstance(by_label["trl adapter"].backend, TrlBackend)
+    assert by_label["trl GMPOTrainer"].kind == "reference"
+    assert isinstance(by_label["trl GMPOTrainer"].backend, TrlGMPOBackend)
+    assert not [label for label, _ in skipped if label.startswith("trl")]
+    assert isinstance(load_backend("trl"), TrlBackend)
+
+
+@pytest.mark.parametrize("loss_name", [spec.name for spec in list_losses()])
+def test_trl_backend_matches_the_core_on_parity_cases(loss_name):
+    row = compare_target(ParityTarget("trl adapter", "adapter", TrlBackend()), loss_name, parity_cases())
+    assert row.ok, row.failures
+    assert row.metric_key  # metrics were compared
+
+
+def test_settings_round_trip_through_grpo_config():
+    assert trl_settings("gmpo", {"eps_low": 0.3, "eps_high": 0.5, "kl_beta": 0.0, "log_ratio_bound": 10.0}) == (
+        {"use_bias_correction_kl": False, "epsilon": 0.3, "epsilon_high": 0.5, "beta": 0.0},
+        {"log_ratio_bound": 10.0},
+    )
+    backend = TrlBackend()
+    hparams = {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0, "reduction": "token-mean", "norm_length": 12,
+               "kl_beta": 0.0, "kl_estimator": "k3", "log_ratio_bound": 20.0}
+    args, loss_hparams = backend._config("grpo", hparams)
+    assert loss_hparams == hparams and args.max_completion_length == 12 and args.epsilon_high == 0.28
+
+
+def test_trl_gmpo_reference_differs_only_as_documented():
+    """Per parity case, TRL's GMPO minus the core: the empty row's -A_i / B in the loss value
+    (gradients equal) where |log ratio| < 20; the overflow guard case differs in the gradient."""
+    cases = {case.name: case for case in parity_cases()}
+    for name in ("near", "far", "zero_adv"):
+        case = cases[name]
+        empty = ~case.mask.bool().any(-1)
+        expected = float(-case.advantages[empty].sum()) / case.mask.shape[0]
+        theirs, ours = evaluate(TrlGMPOBackend(), "gmpo", case), evaluate(CoreBackend(), "gmpo", case)
+        assert abs((theirs.loss - ours.loss) - expected) <= 1e-6, name
+        assert float((theirs.grad - ours.grad).abs().max()) <= 1e-6 * max(1.0, float(ours.grad.abs().max())), name
+        assert all(abs(theirs.metrics[k] - ours.metrics[k]) <= 1e-6 for k in theirs.metrics), name
+    guard = cases["guard"]
+    theirs, ours = evaluate(TrlGMPOBackend(), "gmpo", guard), evaluate(CoreBackend(), "gmpo", guard)
+    assert float(theirs.grad.abs().max()) > 1e6 > float(ours.grad.abs().max())
+    assert torch.isfinite(ours.grad).all()
