@@ -115,7 +115,8 @@ def _finish(
     metrics = stats_metrics(stats, low_tokens, high_tokens)
     loss = policy_loss
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
-    kl = reference_kl(inputs.log_probs.to(dtype), ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
+    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
     if kl is not None:
         mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
         metrics["kl"] = masked_mean(kl, mask).detach()
