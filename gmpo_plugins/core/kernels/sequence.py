@@ -65,27 +65,33 @@ def _one_sided(values, positive, negative, eps_low: float, eps_high: float):
     return torch.where(above, eps_high, torch.where(below, -eps_low, values)), below, above
 
 
-def stats_metrics(stats: RowStats, low_tokens: torch.Tensor, high_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``core/metrics.py``'s ``ratio_metrics`` from per-row statistics.
-
-    low_tokens, high_tokens (B,): valid tokens per row whose clipped value was chosen.
-    """
+def row_metrics(
+    count: torch.Tensor,
+    sum_raw: torch.Tensor,
+    raw_min: torch.Tensor,
+    raw_max: torch.Tensor,
+    low_tokens: torch.Tensor,
+    high_tokens: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """``core/metrics.py``'s ``ratio_metrics`` from per-row values, all (B,): valid tokens,
+    sum / min / max of the raw log ratio over them (min +inf, max -inf on an empty row),
+    and the valid tokens whose clipped value was chosen on the low / high side."""
     with torch.no_grad():
-        total = stats.count.sum().clamp_min(1)
+        total = count.sum().clamp_min(1)
         low = low_tokens.sum() / total
         high = high_tokens.sum() / total
-        rows = stats.count > 0
+        rows = count > 0
         any_valid = rows.any()
         zero = torch.zeros((), dtype=total.dtype, device=total.device)
-        seq_log_weight = stats.sum_raw / stats.count.clamp_min(1)
+        seq_log_weight = sum_raw / count.clamp_min(1)
         seq_weight = torch.exp(seq_log_weight.clamp(-SEQ_WEIGHT_GUARD, SEQ_WEIGHT_GUARD))
         return {
             "clip_frac_low": low,
             "clip_frac_high": high,
             "clip_frac": low + high,
-            "ppo_kl": -stats.sum_raw.sum() / total,
-            "log_ratio_min": torch.where(any_valid, stats.raw_min.amin(), zero),
-            "log_ratio_max": torch.where(any_valid, stats.raw_max.amax(), zero),
+            "ppo_kl": -sum_raw.sum() / total,
+            "log_ratio_min": torch.where(any_valid, raw_min.amin(), zero),
+            "log_ratio_max": torch.where(any_valid, raw_max.amax(), zero),
             "seq_weight_min": masked_min(seq_weight, rows),
             "seq_weight_mean": masked_mean(seq_weight, rows),
             "seq_weight_max": masked_max(seq_weight, rows),
@@ -112,7 +118,7 @@ def _finish(
         weights = weights.detach()
         pg = pg * (row_masked_mean(weights, inputs.mask, dtype) if weights.dim() == 2 else weights.to(dtype))
     policy_loss = reduce_sequences(pg, rows, batch)
-    metrics = stats_metrics(stats, low_tokens, high_tokens)
+    metrics = row_metrics(stats.count, stats.sum_raw, stats.raw_min, stats.raw_max, low_tokens, high_tokens)
     loss = policy_loss
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
     log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term

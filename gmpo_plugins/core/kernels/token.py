@@ -28,8 +28,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.rowsum_torch import rows_per_block
-from gmpo_plugins.core.kernels.sequence import stats_metrics
-from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
+from gmpo_plugins.core.kernels.sequence import row_metrics
+from gmpo_plugins.core.kernels.stats import compute_dtype
 from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.reduce import (
     SEQ_MEAN_TOKEN_MEAN,
@@ -84,13 +84,14 @@ class _Block:
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (9, B)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (8, B): S, sum of
+    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped (per row)."""
 
     @staticmethod
     def forward(ctx, log_probs, old, mask, advantages, weights, clip):  # type: ignore[override]
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
-        out = torch.zeros((9, batch), dtype=dtype, device=log_probs.device)
+        out = torch.zeros((8, batch), dtype=dtype, device=log_probs.device)
         step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
         big = torch.finfo(dtype).max
         for start in range(0, batch, step):
@@ -190,8 +191,7 @@ def fused_clipped_ratio_loss(
     )
     length = inputs.log_probs.shape[-1] if norm_length is None else norm_length
     policy_loss = _reduce(row_sums, stats, batch, reduction, length)
-    row_stats = RowStats(row_sums.detach(), stats[1], stats[2], stats[8], stats[8], stats[5], stats[6])
-    metrics = stats_metrics(row_stats, stats[3], stats[4])
+    metrics = row_metrics(stats[2], stats[1], stats[5], stats[6], stats[3], stats[4])
     if dual_clip is not None:
         metrics["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
     loss = policy_loss
