@@ -48,6 +48,8 @@ def _machine(device: torch.device) -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "device": device.type,
+        # other processes compete for the CPUs of a shared machine: the load when the run started
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
