@@ -13,7 +13,9 @@ trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run 
                 tensors by ``gmpo_plugins.adapters.trl.TrlGMPOBackend`` (a stand-in trainer
                 returns them as the model's log-probs; G = N / b accumulation steps, as
                 TRL's trainer divides each micro-batch mean). It counts rows without a valid
-                token in its mean with their constant -A_i, and has no overflow guard.
+                token in its mean with their constant -A_i, has no overflow guard, and
+                computes in the input dtype (bfloat16 stays bfloat16). Clip metrics and,
+                elsewhere, gradients equal the core's (tests/trl/test_compare_backend.py).
 """
 
 from __future__ import annotations

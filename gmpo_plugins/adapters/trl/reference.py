@@ -109,8 +109,8 @@ def trl_gmpo_reference(
     stand_in = _TensorTrainer(log_probs, eps_low, eps_high, beta, accumulation_steps)
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
-    metrics = {
-        ours: torch.tensor(logged[theirs][-1], dtype=log_probs.dtype) for theirs, ours in FROM_TRL.items() if logged[theirs]
+    metrics = {  # TRL logs Python floats; float64 keeps them exact
+        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64) for theirs, ours in FROM_TRL.items() if logged[theirs]
     }
     return LossOutput(loss=loss, metrics=metrics)
 
