@@ -69,6 +69,15 @@ def import_compare():
         ) from None
 
 
+def command_line(args: argparse.Namespace, config) -> str:
+    """The command that reproduces this run, every option spelled out."""
+    parts = ["gmpo-plugins", "compare", "--losses", args.losses, "--frameworks", args.frameworks]
+    parts += ["--steps", str(config.steps), "--seed", str(args.seed), "--device", args.device, "--out", args.out]
+    if args.model is not None:
+        parts += ["--model", args.model]
+    return " ".join(shlex.quote(part) for part in parts)
+
+
 def run(args: argparse.Namespace) -> int:
     import_compare()
     import torch
@@ -179,8 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     for record in stream:
                         records.append(record)
-                        with metrics_path.open("a") as handle:
-                            handle.write(report.json.dumps(record, sort_keys=True) + "\n")
+                        report.append_metrics(metrics_path, record)
                         progress.update(bar, advance=1, status=f"reward {record['reward']:.2f}")
                 except backends.RunFailed as exc:
                     progress.stop()
@@ -189,8 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = report.summarise(records)
     plots = report.write_plots(out, records)
-    command = "gmpo-plugins compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["compare"] else "gmpo-plugins compare"
-    report.write_markdown(out / "report.md", rows, command=command.strip(), setup=setup, plots=plots)
+    report.write_markdown(out / "report.md", rows, command=command_line(args, config), setup=setup, plots=plots)
     Console(width=None if console.is_terminal else 200).print(report.rich_table(rows))
     total = time.perf_counter() - started
     print(f"report: {out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {total:.0f} s")

@@ -120,10 +120,10 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([header, rule, *body])
 
 
-def write_metrics(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with path.open("w") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
+def append_metrics(path: Path, record: dict[str, Any]) -> None:
+    """Append one record to metrics.jsonl (one JSON object per line)."""
+    with path.open("a") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def _style(framework: str, loss_name: str, frameworks: list[str], losses: list[str]) -> dict[str, Any]:

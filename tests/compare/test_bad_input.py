@@ -70,6 +70,12 @@ def test_unwritable_out(capsys, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("gmpo-plugins compare: error: --out: cannot write"), lines
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_gpu(capsys, tmp_path):
+    code, lines = run_error(capsys, "compare", "--device", "cuda", "--out", str(tmp_path / "out"))
+    assert code == 2 and len(lines) == 1 and "--device: cuda requested" in lines[0]
+
+
 def test_parity_unknown_loss(capsys):
     code, lines = run_error(capsys, "parity", "--losses", "gmpo,nope")
     assert code == 2 and len(lines) == 1 and "unknown loss 'nope'" in lines[0]
