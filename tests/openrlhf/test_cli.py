@@ -4,6 +4,7 @@ refused settings, the runtime env handed to ``ray.init``; the light Python API."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -89,6 +90,15 @@ def test_main_rejects_an_unknown_name(loss_module, capsys):
         main(["--actor.policy_loss_type", "nope"])
     assert exc.value.code == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_installed_console_script(loss_module):
+    """The ``gmpo-openrlhf`` entry point of pyproject.toml, in a fresh process."""
+    script = os.path.join(os.path.dirname(sys.executable), "gmpo-openrlhf")
+    done = subprocess.run([script, "--actor.policy_loss_type", "gmpoo"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "gmpo-openrlhf: error: argument --actor.policy_loss_type: invalid choice: 'gmpoo'" in done.stderr
+    assert "gmpo_plugins.gspo" in done.stderr
 
 
 def test_runtime_env_merges_once():

@@ -36,6 +36,7 @@ from gmpo_plugins.adapters.openrlhf.options import (
 from gmpo_plugins.adapters.openrlhf.version import UnsupportedOpenRLHFVersionError
 
 OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
+PROG = "gmpo-openrlhf"
 POLICY_LOSS_DEST = "actor.policy_loss_type"
 
 
@@ -97,7 +98,8 @@ def check_args(namespace: argparse.Namespace) -> None:
 @contextlib.contextmanager
 def _openrlhf_parsing(capture: bool) -> Iterator[None]:
     """While active, the parser that declares ``--actor.policy_loss_type`` accepts the
-    registry names and checks them (``capture``: raise _Captured with it instead of parsing)."""
+    registry names and checks them, under the name ``gmpo-openrlhf`` (``capture``: raise
+    _Captured with it instead of parsing)."""
     original = argparse.ArgumentParser.parse_args
 
     def parse_args(self, args=None, namespace=None):
@@ -105,6 +107,7 @@ def _openrlhf_parsing(capture: bool) -> Iterator[None]:
         if action is None:
             return original(self, args, namespace)
         action.choices = policy_loss_choices()
+        self.prog = PROG
         if capture:
             raise _Captured(self)
         parsed = original(self, args, namespace)
@@ -160,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         install()
     except UnsupportedOpenRLHFVersionError as exc:
         raise SystemExit(str(exc)) from exc
-    with _openrlhf_parsing(capture=False), _ray_init_with_hook(), _replaced(sys, "argv", ["gmpo-openrlhf", *argv]):
+    with _openrlhf_parsing(capture=False), _ray_init_with_hook(), _replaced(sys, "argv", [PROG, *argv]):
         runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=True)
 
 
