@@ -1,7 +1,8 @@
 """Timing and peak-memory measurement of one forward+backward callable.
 
 Time: median wall-clock over ``repeats`` calls after one warm-up call; on CUDA each call
-is bracketed by ``torch.cuda.synchronize()``.
+is bracketed by ``torch.cuda.synchronize()``. On CPU also the median process CPU time
+(``time.process_time``, all threads), less sensitive to other processes on the machine.
 
 Peak extra memory: the highest number of bytes allocated by tensors during one call,
 above what was allocated when it started, minus the ``expected`` bytes the call must
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -26,17 +27,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call."""
+class Timing(NamedTuple):
+    """Medians over the timed calls: wall-clock seconds, and on CPU the process CPU time
+    (all threads), which other processes on a shared machine inflate much less."""
+
+    wall: float
+    cpu: Optional[float]
+
+
+def median_times(fn: Callable[[], object], device: torch.device, repeats: int) -> Timing:
+    """Median wall-clock (and, on CPU, process CPU) seconds of ``fn()`` over ``repeats``
+    calls after one warm-up call."""
     fn()
-    times = []
+    walls, cpus = [], []
     for _ in range(repeats):
         _sync(device)
-        start = time.perf_counter()
+        cpu_start, start = time.process_time(), time.perf_counter()
         fn()
         _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu_start)
+    return Timing(statistics.median(walls), statistics.median(cpus) if device.type == "cpu" else None)
 
 
 def _cpu_peak_bytes(fn: Callable[[], object]) -> Optional[int]:

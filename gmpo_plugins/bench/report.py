@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 COLUMNS = ("loss", "variant", "dtype", "B x T", "tokens", "median ms", "ns/token", "x floor", "x eager",
-           "extra MiB", "extra B/token")
+           "cpu ms", "x floor (cpu)", "x eager (cpu)", "extra MiB", "extra B/token")
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -23,6 +23,7 @@ def measurement_rows(result: dict) -> list[list[str]]:
         out.append([
             row["loss"], row["variant"], row["dtype"], f"{row['batch']}x{row['length']}", _tokens(row["tokens"]),
             _fmt(row["median_ms"], 3), _fmt(row["ns_per_token"]), _fmt(row["x_floor"], 1), _fmt(row["x_eager"]),
+            _fmt(row.get("cpu_ms"), 3), _fmt(row.get("x_floor_cpu"), 1), _fmt(row.get("x_eager_cpu")),
             "-" if extra is None else f"{extra / 2**20:.2f}", _fmt(row["extra_bytes_per_token"]),
         ])
     return out

@@ -35,6 +35,7 @@ def test_bench_grid_and_json(tmp_path, capsys):
     for row in rows:
         assert row["tokens"] == row["batch"] * row["length"] and row["median_ms"] > 0
         assert row["ns_per_token"] == pytest.approx(row["median_ms"] * 1e6 / row["tokens"])
+        assert row["cpu_ms"] is not None and row["cpu_ms"] >= 0  # process CPU time on CPU
         if row["variant"] == "floor":
             assert row["x_floor"] == 1.0
         if row["variant"] == "eager":
