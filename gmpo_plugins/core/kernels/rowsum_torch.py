@@ -32,7 +32,7 @@ import torch
 
 from gmpo_plugins.core.kernels.stats import compute_dtype
 
-BLOCK_ELEMENTS = 1 << 18  # CPU: at most this many elements per block (temporaries stay in cache)
+BLOCK_ELEMENTS = 1 << 17  # CPU: at most this many elements per block (temporaries stay in cache)
 MIN_BLOCK_ELEMENTS = 1 << 14  # CPU: at least this many (per-op overhead)
 BLOCKS = 16  # CPU: aim for this many blocks, so the workspace stays ~1/16 of the input
 BLOCK_ELEMENTS_ACCELERATOR = 1 << 22  # elsewhere: fewer, larger launches
