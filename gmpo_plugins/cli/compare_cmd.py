@@ -15,6 +15,7 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from gmpo_plugins.cli.main import UsageError
@@ -69,23 +70,32 @@ def import_compare():
         ) from None
 
 
-def command_line(args: argparse.Namespace, config) -> str:
+def command_line(args: argparse.Namespace, steps: int) -> str:
     """The command that reproduces this run, every option spelled out."""
     parts = ["gmpo-plugins", "compare", "--losses", args.losses, "--frameworks", args.frameworks]
-    parts += ["--steps", str(config.steps), "--seed", str(args.seed), "--device", args.device, "--out", args.out]
+    parts += ["--steps", str(steps), "--seed", str(args.seed), "--device", args.device, "--out", args.out]
     if args.model is not None:
         parts += ["--model", args.model]
     return " ".join(shlex.quote(part) for part in parts)
 
 
-def run(args: argparse.Namespace) -> int:
-    import_compare()
+@dataclass
+class Plan:
+    """Validated options: what to run where."""
+
+    losses: list[str]
+    runners: dict  # framework -> backends.Runner
+    backends: dict  # framework -> LossBackend, for frameworks run in this process
+    config: object  # trainer.RLConfig
+    out: Path
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    """Check every option before anything runs or is written; UsageError on the first bad one."""
     import torch
 
-    from gmpo_plugins.compare import backends, report
-    from gmpo_plugins.compare.model import ModelConfig, ModelLoadError, build_model, load_model, save_model, warm_up
-    from gmpo_plugins.compare.task import ReverseTask, build_char_tokenizer
-    from gmpo_plugins.compare.trainer import RLConfig, train, use_one_cpu_thread
+    from gmpo_plugins.compare import backends
+    from gmpo_plugins.compare.trainer import RLConfig
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     if args.steps is not None and args.steps < 1:
@@ -96,11 +106,9 @@ def run(args: argparse.Namespace) -> int:
             get_loss(name)
         except UnknownLossError as exc:
             raise UsageError(f"--losses: {exc}") from None
-    frameworks = split_names(args.frameworks, "--frameworks")
-    runners = {}
-    in_process = {}
+    runners, in_process = {}, {}
     try:
-        for name in frameworks:
+        for name in split_names(args.frameworks, "--frameworks"):
             runners[name] = backends.resolve_runner(name)
             if runners[name].in_process:
                 in_process[name] = backends.load_backend(name)
@@ -113,80 +121,90 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--device: cuda requested but torch.cuda.is_available() is False")
     out = Path(args.out)
     check_out_dir(out)
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    device = torch.device(args.device)
-    use_one_cpu_thread(device)
-    task = ReverseTask()
     config = RLConfig(seed=args.seed, **({"steps": args.steps} if args.steps is not None else {}))
-    started = time.perf_counter()
-    setup: dict[str, object] = {}
+    return Plan(losses, runners, in_process, config, out)
+
+
+def initial_model(args: argparse.Namespace, task, device, console):
+    """(model, tokenizer, description): --model loaded as is, or the default model warmed up."""
+    from gmpo_plugins.compare.model import ModelConfig, ModelLoadError, build_model, load_model, warm_up
+    from gmpo_plugins.compare.task import build_char_tokenizer
+
     if args.model is not None:
         try:
             model, tokenizer = load_model(args.model)
         except ModelLoadError as exc:
             raise UsageError(str(exc)) from None
-        setup["model"] = f"{args.model} (used as is, no warm-up)"
-    else:
-        tokenizer = build_char_tokenizer()
-        model_config = ModelConfig()
-        with console.status("building and warming up the default model"):
-            model = build_model(tokenizer, model_config, args.seed).to(device)
-            warm = warm_up(model, tokenizer, task, model_config, args.seed, device)
-        setup["model"] = (
-            f"GPT-2 from config, {sum(p.numel() for p in model.parameters())} parameters, "
-            f"warmed up {warm.steps} supervised steps (sampled success at stop {warm.success:.2f})"
-        )
-        console.print(f"warm-up: {warm.steps} steps, sampled success {warm.success:.2f}")
-    model_dir = out / "model-init"
-    save_model(model, tokenizer, model_dir)
-    setup.update(
-        {
-            "task": f"reverse {task.min_digits}-{task.max_digits} digit strings, binary exact-match reward",
-            "rl": ", ".join(f"{k}={v}" for k, v in config.to_dict().items()),
-            "device": args.device,
-            "frameworks": ", ".join(
-                f"{name} ({'this process' if r.in_process else r.python})" for name, r in runners.items()
-            ),
-        }
+        return model, tokenizer, f"{args.model} (used as is, no warm-up)"
+    tokenizer = build_char_tokenizer()
+    config = ModelConfig()
+    with console.status("building and warming up the default model"):
+        model = build_model(tokenizer, config, args.seed).to(device)
+        warm = warm_up(model, tokenizer, task, config, args.seed, device)
+    console.print(f"warm-up: {warm.steps} steps, sampled success {warm.success:.2f}")
+    size = sum(p.numel() for p in model.parameters())
+    return model, tokenizer, (
+        f"GPT-2 from config, {size} parameters, warmed up {warm.steps} supervised steps "
+        f"(sampled success at stop {warm.success:.2f})"
     )
 
+
+def run(args: argparse.Namespace) -> int:
+    import_compare()
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gmpo_plugins.compare import backends, report
+    from gmpo_plugins.compare.model import save_model
+    from gmpo_plugins.compare.task import ReverseTask
+    from gmpo_plugins.compare.trainer import train, use_one_cpu_thread
+
+    plan = make_plan(args)
+    console = Console(stderr=True)
+    device = torch.device(args.device)
+    use_one_cpu_thread(device)
+    task = ReverseTask()
+    started = time.perf_counter()
+    model, tokenizer, model_description = initial_model(args, task, device, console)
+    model_dir = plan.out / "model-init"
+    save_model(model, tokenizer, model_dir)
+    setup = {
+        "model": model_description,
+        "task": f"reverse {task.min_digits}-{task.max_digits} digit strings, binary exact-match reward",
+        "rl": ", ".join(f"{k}={v}" for k, v in plan.config.to_dict().items()),
+        "device": args.device,
+        "frameworks": ", ".join(
+            f"{name} ({'this process' if r.in_process else r.python})" for name, r in plan.runners.items()
+        ),
+    }
+
+    def records_of(framework: str, loss_name: str):
+        runner = plan.runners[framework]
+        if runner.in_process:
+            backend = plan.backends[framework]
+            return train(model, tokenizer, task, backend, loss_name, plan.config, device, framework=framework)
+        (plan.out / "logs").mkdir(exist_ok=True)
+        return backends.run_in_subprocess(
+            runner,
+            loss_name=loss_name,
+            model_dir=model_dir,
+            config=plan.config.to_dict(),
+            device=args.device,
+            log_path=plan.out / "logs" / f"{framework}-{loss_name}.log",
+        )
+
     records = []
-    metrics_path = out / "metrics.jsonl"
+    metrics_path = plan.out / "metrics.jsonl"
     metrics_path.write_text("")
-    logs = out / "logs"
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("compare", total=config.steps * len(losses) * len(frameworks), status="")
-        for framework in frameworks:
-            for loss_name in losses:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TextColumn("{task.fields[status]}"), console=console) as progress:
+        bar = progress.add_task("compare", total=plan.config.steps * len(plan.losses) * len(plan.runners), status="")
+        for framework in plan.runners:
+            for loss_name in plan.losses:
                 progress.update(bar, description=f"{framework}/{loss_name}")
-                runner = runners[framework]
-                if runner.in_process:
-                    stream = train(
-                        model, tokenizer, task, in_process[framework], loss_name, config, device, framework=framework
-                    )
-                else:
-                    logs.mkdir(exist_ok=True)
-                    stream = backends.run_in_subprocess(
-                        runner,
-                        loss_name=loss_name,
-                        model_dir=model_dir,
-                        config=config.to_dict(),
-                        device=args.device,
-                        log_path=logs / f"{framework}-{loss_name}.log",
-                    )
                 try:
-                    for record in stream:
+                    for record in records_of(framework, loss_name):
                         records.append(record)
                         report.append_metrics(metrics_path, record)
                         progress.update(bar, advance=1, status=f"reward {record['reward']:.2f}")
@@ -196,9 +214,10 @@ def run(args: argparse.Namespace) -> int:
                     return 1
 
     rows = report.summarise(records)
-    plots = report.write_plots(out, records)
-    report.write_markdown(out / "report.md", rows, command=command_line(args, config), setup=setup, plots=plots)
+    plots = report.write_plots(plan.out, records)
+    command = command_line(args, plan.config.steps)
+    report.write_markdown(plan.out / "report.md", rows, command=command, setup=setup, plots=plots)
     Console(width=None if console.is_terminal else 200).print(report.rich_table(rows))
     total = time.perf_counter() - started
-    print(f"report: {out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {total:.0f} s")
+    print(f"report: {plan.out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {total:.0f} s")
     return 0
