@@ -382,3 +382,17 @@ def test_non_contiguous_inputs_and_no_grad(name):
     with torch.no_grad():
         out = get_loss(name)(LossInputs(log_probs.requires_grad_(), *list(vars(inputs).values())[1:]), BatchInfo())
     assert not out.loss.requires_grad and torch.isfinite(out.loss)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_backward_is_exact_select(dtype):
+    """grad = coef_i on active tokens (rounded once to the gradient dtype), exactly +0 on
+    the others even for an infinite or NaN coefficient (as autograd through where gives)."""
+    active = torch.tensor([[True, False], [True, False], [False, True], [True, True]])
+    coef = torch.tensor([math.inf, math.nan, -1.5, 1 / 3], dtype=torch.float64)
+    grad = rowsum_torch.backward(active, coef, dtype)
+    assert grad.dtype == dtype
+    assert grad[0, 0] == math.inf and math.isnan(grad[1, 0]) and grad[2, 1] == -1.5
+    assert torch.equal(grad[3], torch.full((2,), 1 / 3, dtype=torch.float64).to(dtype))
+    inactive = grad[~active]
+    assert torch.equal(inactive, torch.zeros_like(inactive)) and not torch.signbit(inactive).any()

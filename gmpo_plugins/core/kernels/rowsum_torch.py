@@ -124,12 +124,12 @@ _SAME_WIDTH_INT = {
 def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """grad (B, T) in ``dtype``: coef_i (rounded to ``dtype``) where active, +0 elsewhere.
 
-    Written as a bit select, ``bits(grad) = -active & bits(coef_i)``, in place on the
-    gradient: no temporary, and exactly 0 on inactive tokens even where coef_i is inf or
-    NaN (a multiplication would give NaN there, autograd through where/clamp gives 0).
+    Written on the bits, ``bits(grad) = active * bits(coef_i)`` (an integer product with
+    0 or 1), in place on the gradient: no temporary, and exactly 0 on inactive tokens even
+    where coef_i is inf or NaN (a float product would give NaN there; autograd through
+    where/clamp gives 0).
     """
     grad = torch.empty(active.shape, dtype=dtype, device=active.device)
     as_int = _SAME_WIDTH_INT[dtype]
-    bits = grad.view(as_int).copy_(active.view(torch.uint8)).neg_()
-    bits.bitwise_and_(coef.to(dtype).view(as_int)[:, None])
+    grad.view(as_int).copy_(active.view(torch.uint8)).mul_(coef.to(dtype).view(as_int)[:, None])
     return grad
