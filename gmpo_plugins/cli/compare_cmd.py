@@ -143,9 +143,13 @@ def initial_model(args: argparse.Namespace, task, device, console):
         warm = warm_up(model, tokenizer, task, config, args.seed, device)
     console.print(f"warm-up: {warm.steps} steps, sampled success {warm.success:.2f}")
     size = sum(p.numel() for p in model.parameters())
-    return model, tokenizer, (
-        f"GPT-2 from config, {size} parameters, warmed up {warm.steps} supervised steps "
-        f"(sampled success at stop {warm.success:.2f})"
+    return (
+        model,
+        tokenizer,
+        (
+            f"GPT-2 from config, {size} parameters, warmed up {warm.steps} supervised steps "
+            f"(sampled success at stop {warm.success:.2f})"
+        ),
     )
 
 

@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
         )
     console = Console(width=None if Console().is_terminal else 160)
     console.print(table)
-    console.print("Δ: worst over the cases of |target - core| / max(1, |core|); Δsplit: 2 and 4 micro-batches accumulated vs the core's whole batch")
+    console.print(
+        "Δ: worst over the cases of |target - core| / max(1, |core|); "
+        "Δsplit: 2 and 4 micro-batches accumulated vs the core's whole batch"
+    )
     for label, reason in skipped:
         console.print(f"skipped {label}: {reason}")
     failed = [row for row in rows if row.kind == "adapter" and not row.ok]

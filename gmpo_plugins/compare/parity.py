@@ -114,9 +114,7 @@ def parity_cases() -> list[ParityCase]:
         ParityCase("far", padded(far), padded(old), advantages, mask),
         ParityCase("guard", padded(guard), padded(old), advantages, mask),
         ParityCase("zero_adv", padded(near), padded(old), torch.zeros_like(advantages), mask),
-        ParityCase(
-            "bf16", padded(near).to(torch.bfloat16), padded(old).to(torch.bfloat16), advantages, mask
-        ),
+        ParityCase("bf16", padded(near).to(torch.bfloat16), padded(old).to(torch.bfloat16), advantages, mask),
     ]
 
 
@@ -221,7 +219,11 @@ def _framework_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
         try:
             module = importlib.import_module(info.module)
             found = getattr(module, "parity_targets", None)
-            targets.extend(found() if found is not None else [ParityTarget(f"{info.name} adapter", "adapter", module.make_backend())])
+            targets.extend(
+                found()
+                if found is not None
+                else [ParityTarget(f"{info.name} adapter", "adapter", module.make_backend())]
+            )
         except ImportError as exc:
             skipped.append((f"{info.name} adapter", f"not importable here ({exc})"))
     return targets, skipped
@@ -237,7 +239,9 @@ def discover_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
     return targets + found + references + list(_REGISTERED), skipped + skipped_references
 
 
-def run_parity(losses: Optional[Iterable[str]] = None, tol: float = TOLERANCE) -> tuple[list[ParityRow], list[tuple[str, str]]]:
+def run_parity(
+    losses: Optional[Iterable[str]] = None, tol: float = TOLERANCE
+) -> tuple[list[ParityRow], list[tuple[str, str]]]:
     """Compare every discovered target on every loss it supports (all losses by default)."""
     from gmpo_plugins.core.registry import list_losses
 

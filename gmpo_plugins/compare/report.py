@@ -159,7 +159,10 @@ def write_plots(directory: Path, records: list[dict[str, Any]]) -> list[str]:
             if smooth:
                 ax.plot(x, y, marker=".", alpha=0.35, color=style["color"], linestyle=style["linestyle"])
                 style["label"] += f", mean of last {FINAL_WINDOW}"
-                y = [sum(y[max(0, i - FINAL_WINDOW + 1) : i + 1]) / len(y[max(0, i - FINAL_WINDOW + 1) : i + 1]) for i in range(len(y))]
+                y = [
+                    sum(y[max(0, i - FINAL_WINDOW + 1) : i + 1]) / len(y[max(0, i - FINAL_WINDOW + 1) : i + 1])
+                    for i in range(len(y))
+                ]
                 ax.plot(x, y, linewidth=2, **style)
             else:
                 ax.plot(x, y, marker=".", **style)
@@ -206,6 +209,11 @@ def write_plots(directory: Path, records: list[dict[str, Any]]) -> list[str]:
     return list(PLOTS)
 
 
+def _width(row: dict[str, Any]) -> Optional[float]:
+    low, high = row["post_log_ratio_q01"], row["post_log_ratio_q99"]
+    return None if low is None or high is None else high - low
+
+
 def _findings(rows: list[dict[str, Any]]) -> list[str]:
     """Factual GMPO-vs-GRPO sentences for each framework that ran both."""
     lines = []
@@ -215,25 +223,19 @@ def _findings(rows: list[dict[str, Any]]) -> list[str]:
         if gmpo is None or grpo is None:
             continue
 
-        def compare(key: str, label: str) -> str:
-            a, b = gmpo[key], grpo[key]
-            if a is None or b is None:
-                return f"{label}: not reported"
-            return f"{label}: gmpo {a:.4g} vs grpo {b:.4g}"
-
-        width = {
-            name: r["post_log_ratio_q99"] - r["post_log_ratio_q01"] for name, r in (("gmpo", gmpo), ("grpo", grpo))
-        }
+        pairs = [
+            ("final reward", gmpo["reward_final"], grpo["reward_final"]),
+            ("final entropy", gmpo["entropy"], grpo["entropy"]),
+            ("final KL to init", gmpo["kl_init"], grpo["kl_init"]),
+            (
+                "1-99% token log-ratio width (mean over steps)",
+                _width(gmpo),
+                _width(grpo),
+            ),
+        ]
         lines.append(
             f"- {framework}: "
-            + "; ".join(
-                [
-                    compare("reward_final", "final reward"),
-                    compare("entropy", "final entropy"),
-                    compare("kl_init", "final KL to init"),
-                    f"1-99% token log-ratio width (mean over steps): gmpo {width['gmpo']:.3g} vs grpo {width['grpo']:.3g}",
-                ]
-            )
+            + "; ".join(f"{label}: gmpo {_fmt(a, '.4g')} vs grpo {_fmt(b, '.4g')}" for label, a, b in pairs)
             + "."
         )
     return lines

@@ -124,7 +124,10 @@ def collect_rollout(
     prompt_len = prompt_ids.shape[1]
     response_mask = attention_mask[:, prompt_len:].bool()
     response_ids = input_ids[:, prompt_len:]
-    texts = [completion_text(tokenizer, row[m].tolist(), bool(done)) for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu())]
+    texts = [
+        completion_text(tokenizer, row[m].tolist(), bool(done))
+        for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu())
+    ]
     rewards = torch.tensor(
         [reward(text, bool(done), p.answer) for text, done, p in zip(texts, finished.cpu(), repeated)],
         dtype=torch.float32,

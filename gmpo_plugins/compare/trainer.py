@@ -18,8 +18,10 @@ Per step (B = prompts_per_step * group_size sequences):
 
 Loss metrics are aggregated over the step's updates: ``*_min`` by min, ``*_max`` by max,
 the others by mean. After the updates the trainer itself measures how far the policy moved
-from the rollout policy (``post_*``, ``post_update_spread``), identically for every backend. Every random draw uses its own generator seeded from ``seed``, so a
-run is a pure function of (initial model, loss, backend, config).
+from the rollout policy (``post_*``, ``post_update_spread``), identically for every backend.
+Every random draw uses its own generator seeded from ``seed``, so a run is a pure function
+of (initial model, loss, backend, config); ``TIMING_KEYS`` are the only fields that vary
+between two runs of it.
 """
 
 from __future__ import annotations
@@ -172,11 +174,17 @@ def train(
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
                 optimizer.step()
                 update_metrics.append(
-                    {"loss": float(loss.detach()), "grad_norm": float(grad_norm), **{k: float(v) for k, v in metrics.items()}}
+                    {
+                        "loss": float(loss.detach()),
+                        "grad_norm": float(grad_norm),
+                        **{k: float(v) for k, v in metrics.items()},
+                    }
                 )
         with torch.no_grad():
             policy.eval()
-            new_log_probs = gather_log_probs(torch.log_softmax(response_logits(policy, ids, attn, plen), dim=-1), tokens)
+            new_log_probs = gather_log_probs(
+                torch.log_softmax(response_logits(policy, ids, attn, plen), dim=-1), tokens
+            )
             post = post_update_spread(new_log_probs - old_log_probs, mask)
         record = {
             "framework": framework or backend.name,

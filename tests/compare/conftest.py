@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from gmpo_plugins.cli.main import main
+from gmpo_plugins.compare.trainer import TIMING_KEYS
 
-TIMING = {"elapsed_s"}
+TIMING = set(TIMING_KEYS)
 
 
 def read_records(out: Path) -> list[dict]:

@@ -26,8 +26,17 @@ def test_metrics_are_finite_and_complete(two_step_report):
     records = read_records(two_step_report)
     assert [(r["loss_name"], r["step"]) for r in records] == [("gmpo", 1), ("gmpo", 2), ("grpo", 1), ("grpo", 2)]
     keys = {
-        "reward", "entropy", "kl_init", "clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max",
-        "seq_weight_min", "seq_weight_max", "policy_loss", "grad_norm",
+        "reward",
+        "entropy",
+        "kl_init",
+        "clip_frac_low",
+        "clip_frac_high",
+        "log_ratio_min",
+        "log_ratio_max",
+        "seq_weight_min",
+        "seq_weight_max",
+        "policy_loss",
+        "grad_norm",
     }
     for record in records:
         assert keys <= set(record)
@@ -60,7 +69,24 @@ def test_same_seed_identical_metrics(two_step_report, tmp_path):
 
 def test_other_seed_other_rollouts(two_step_report, tmp_path):
     model = two_step_report / "model-init"
-    assert main(["compare", "--steps", "1", "--losses", "gmpo", "--seed", "1", "--model", str(model), "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--steps",
+                "1",
+                "--losses",
+                "gmpo",
+                "--seed",
+                "1",
+                "--model",
+                str(model),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     (record,) = read_records(tmp_path)
     assert record["rollout_digest"] != read_records(two_step_report)[0]["rollout_digest"]
 

@@ -68,7 +68,13 @@ def test_collect_rollout_scores_and_masks():
     ]
     model = ScriptedModel(script, len(tokenizer), prompt_len=3)
     rollout = collect_rollout(
-        model, tokenizer, problems, group_size=2, max_new_tokens=5, generator=torch.Generator(), device=torch.device("cpu")
+        model,
+        tokenizer,
+        problems,
+        group_size=2,
+        max_new_tokens=5,
+        generator=torch.Generator(),
+        device=torch.device("cpu"),
     )
     assert rollout.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
     torch.testing.assert_close(rollout.advantages, torch.tensor([0.7071, -0.7071, 0.7071, -0.7071]), atol=1e-4, rtol=0)
