@@ -79,7 +79,7 @@ def post_update_spread(log_ratio: torch.Tensor, mask: torch.Tensor) -> dict[str,
     trainer (the same way for every backend): 1st/99th percentile over valid tokens, and
     min/max over sequences of the weight exp(mean_t log ratio)."""
     valid = log_ratio[mask].double()
-    quantiles = torch.quantile(valid, torch.tensor([0.01, 0.99], dtype=torch.float64))
+    quantiles = torch.quantile(valid, torch.tensor([0.01, 0.99], dtype=torch.float64, device=valid.device))
     seq_weight = torch.exp((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1))[mask.any(-1)]
     return {
         "post_log_ratio_q01": float(quantiles[0]),
