@@ -28,6 +28,7 @@ def test_bench_grid_and_json(tmp_path, capsys):
     for dtype in ("fp32", "bf16"):
         for b, t in ((4, 32), (8, 64)):
             assert ("(floor)", "floor", dtype, b, t) in seen
+            assert ("(floor)", "floor, preallocated out", dtype, b, t) in seen
             assert ("gmpo", "fused", dtype, b, t) in seen
             assert ("gmpo", "eager", dtype, b, t) in seen
             assert ("grpo", "fused", dtype, b, t) in seen and ("grpo", "eager", dtype, b, t) in seen
@@ -43,6 +44,7 @@ def test_bench_grid_and_json(tmp_path, capsys):
     assert {(s["loss"], s["variant"], s["dtype"]) for s in result["scaling"]} >= {("gmpo", "fused", "fp32")}
     assert all(s["max_over_min"] >= 1.0 for s in result["scaling"])
     assert [t["target"].split(":")[0] for t in result["targets"]][:2] == ["CPU gmpo fp32 8x64"] * 2
+    assert any(t["target"].startswith("(stricter)") for t in result["targets"])
     assert VERL or any("verl not importable" in note for note in result["notes"])
     out = capsys.readouterr().out
     assert "gmpo-plugins bench" in out and "time per token" in out
@@ -102,5 +104,6 @@ def test_memory_measurement_sees_the_difference():
     eager = measure.peak_extra_bytes(variants.eager(spec, case), torch.device("cpu"), grad_bytes)
     floor = measure.peak_extra_bytes(variants.floor(case), torch.device("cpu"), grad_bytes)
     assert floor == 0
+    assert measure.peak_extra_bytes(variants.floor_preallocated(case), torch.device("cpu"), 0) == 0
     assert tokens <= fused <= tokens + 1024 * 64
     assert eager > 8 * tokens
