@@ -8,7 +8,7 @@ Summary of one (framework, loss) run from its per-step records:
     reward_best      best single-step reward
     log_ratio_min/max    range over the run of the per-token log ratio log(pi_theta/pi_old)
     seq_weight_min/max   range over the run of the per-sequence weight exp(mean_t log ratio)
-    clip_frac_low/high   mean over steps of the clipped-token fractions
+    clip_frac(_low/_high)  mean over steps of the clipped-token fractions
     post_log_ratio_q01/q99  mean over steps of the 1st/99th percentile of the per-token log
                          ratio after the step's updates (trainer-measured)
     kl_init, entropy     at the last step (exact, over the vocabulary, per valid token)
@@ -70,7 +70,7 @@ def summarise(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         ):
             values = _values(steps, key)
             row[key] = pick(values) if values else None
-        for key in ("clip_frac_low", "clip_frac_high", "post_log_ratio_q01", "post_log_ratio_q99"):
+        for key in ("clip_frac", "clip_frac_low", "clip_frac_high", "post_log_ratio_q01", "post_log_ratio_q99"):
             values = _values(steps, key)
             row[key] = sum(values) / len(values) if values else None
         rows.append(row)
@@ -85,6 +85,13 @@ def _range(low: Optional[float], high: Optional[float]) -> str:
     return "-" if low is None or high is None else f"[{low:.2f}, {high:.2f}]"
 
 
+def _clip(row: dict[str, Any]) -> str:
+    """Low/high clip fractions; the total alone when a framework reports only that."""
+    if row["clip_frac_low"] is None and row["clip_frac_high"] is None and row["clip_frac"] is not None:
+        return f"{row['clip_frac']:.4f} (total)"
+    return f"{_fmt(row['clip_frac_low'], '.4f')} / {_fmt(row['clip_frac_high'], '.4f')}"
+
+
 TABLE_COLUMNS = (
     ("framework", lambda r: r["framework"]),
     ("loss", lambda r: r["loss_name"]),
@@ -94,7 +101,7 @@ TABLE_COLUMNS = (
     ("log-ratio min/max", lambda r: _range(r["log_ratio_min"], r["log_ratio_max"])),
     ("log-ratio 1-99%", lambda r: _range(r["post_log_ratio_q01"], r["post_log_ratio_q99"])),
     ("seq weight min/max", lambda r: _range(r["seq_weight_min"], r["seq_weight_max"])),
-    ("clip low/high", lambda r: f"{_fmt(r['clip_frac_low'], '.4f')} / {_fmt(r['clip_frac_high'], '.4f')}"),
+    ("clip low/high", lambda r: _clip(r)),
     ("KL to init", lambda r: _fmt(r["kl_init"], ".4f")),
     ("entropy", lambda r: _fmt(r["entropy"])),
     ("wall s", lambda r: _fmt(r["wall_s"], ".1f")),
