@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Optional
 
@@ -173,38 +174,44 @@ def _scale(value: Any) -> float:
     return max(1.0, float(value.abs().max()) if isinstance(value, torch.Tensor) else abs(value))
 
 
+def _worse(delta: float, current: float) -> bool:
+    """Whether ``delta`` is a worse difference than ``current`` (NaN is the worst)."""
+    return (math.isnan(delta) and not math.isnan(current)) or delta > current
+
+
 def compare_target(target: ParityTarget, loss_name: str, cases: list[ParityCase], tol: float = TOLERANCE) -> ParityRow:
-    """Differences of ``target`` from the core on every case (module docstring)."""
+    """Differences of ``target`` from the core on every case (module docstring). A target
+    that raises on a case fails that case (the exception is quoted)."""
     core = CoreBackend()
     row = ParityRow(target.label, target.kind, loss_name)
 
-    def check(what: str, case: str, delta: float) -> float:
+    def record(what: str, case: str, delta: float, field_name: str, metric_key: str = "") -> None:
         if not delta <= tol:  # NaN fails too
             row.failures.append(f"{what} on {case}: {delta:.3g}")
-        return delta
-
-    def worst(current: float, delta: float) -> float:
-        return delta if delta != delta or delta > current else current  # NaN wins
+        if _worse(delta, getattr(row, field_name)) or (field_name == "d_metric" and not row.metric_key):
+            setattr(row, field_name, delta)
+            if metric_key:
+                row.metric_key = metric_key
 
     for case in cases:
         base = evaluate(core, loss_name, case)
-        got = evaluate(target.backend, loss_name, case)
-        d_loss = check("loss", case.name, abs(got.loss - base.loss) / _scale(base.loss))
-        d_grad = check("grad", case.name, float((got.grad - base.grad).abs().max()) / _scale(base.grad))
-        row.d_loss, row.d_grad = worst(row.d_loss, d_loss), worst(row.d_grad, d_grad)
+        try:
+            got = evaluate(target.backend, loss_name, case)
+            splits = {k: evaluate(target.backend, loss_name, case, k) for k in SPLITS}
+        except Exception as exc:  # noqa: BLE001 - any failure of the target is a parity failure
+            row.failures.append(f"raised on {case.name}: {type(exc).__name__}: {exc}")
+            continue
+        record("loss", case.name, abs(got.loss - base.loss) / _scale(base.loss), "d_loss")
+        record("grad", case.name, float((got.grad - base.grad).abs().max()) / _scale(base.grad), "d_grad")
         for key in sorted(set(got.metrics) & set(base.metrics)):
-            d_metric = check(
-                f"metric {key}", case.name, abs(got.metrics[key] - base.metrics[key]) / _scale(base.metrics[key])
-            )
-            if worst(row.d_metric, d_metric) != row.d_metric or not row.metric_key:
-                row.d_metric, row.metric_key = worst(row.d_metric, d_metric), key
-        for splits in SPLITS:
-            split = evaluate(target.backend, loss_name, case, splits)
-            d_split = max(
+            delta = abs(got.metrics[key] - base.metrics[key]) / _scale(base.metrics[key])
+            record(f"metric {key}", case.name, delta, "d_metric", key)
+        for k, split in splits.items():
+            delta = max(
                 abs(split.loss - base.loss) / _scale(base.loss),
                 float((split.grad - base.grad).abs().max()) / _scale(base.grad),
             )
-            row.d_split = worst(row.d_split, check(f"{splits}-way split", case.name, d_split))
+            record(f"{k}-way split", case.name, delta, "d_split")
     return row
 
 

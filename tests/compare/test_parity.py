@@ -37,6 +37,23 @@ class WrongMetric(CoreBackend):
         return loss, {**metrics, "clip_frac": metrics["clip_frac"] + 0.01}
 
 
+class Raising(CoreBackend):
+    name = "raising"
+
+    def policy_loss(self, **kwargs):
+        if not kwargs["mask"].any(-1).all():
+            raise ValueError("empty row")
+        return super().policy_loss(**kwargs)
+
+
+class NaNLoss(CoreBackend):
+    name = "nan"
+
+    def policy_loss(self, **kwargs):
+        loss, metrics = super().policy_loss(**kwargs)
+        return loss * float("nan"), metrics
+
+
 @pytest.fixture
 def registered(monkeypatch):
     targets = []
@@ -68,7 +85,13 @@ def test_core_against_itself_is_exact():
 
 @pytest.mark.parametrize(
     ("backend", "what"),
-    [(Perturbed(), "loss on near"), (LocalMean(), "2-way split on near"), (WrongMetric(), "metric clip_frac on near")],
+    [
+        (Perturbed(), "loss on near"),
+        (LocalMean(), "2-way split on near"),
+        (WrongMetric(), "metric clip_frac on near"),
+        (Raising(), "raised on near: ValueError: empty row"),
+        (NaNLoss(), "loss on near: nan"),
+    ],
 )
 def test_differences_are_detected(backend, what):
     row = parity.compare_target(parity.ParityTarget(backend.name, "adapter", backend), "gmpo", parity.parity_cases())
