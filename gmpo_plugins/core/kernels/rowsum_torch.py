@@ -59,8 +59,11 @@ def _forward_block(
     hi: torch.Tensor,
     active: torch.Tensor,
     out: torch.Tensor,
+    work: torch.Tensor,
 ) -> None:
-    """Fill ``active`` (rows, T) and the 7 statistics ``out`` (7, rows) of one block.
+    """Fill ``active`` (rows, T) and the 7 statistics ``out`` (7, rows) of one block, with
+    ``work`` (3, rows, T) as scratch space (reused across blocks: no allocation, no
+    first-touch page faults per block).
 
     Only float arithmetic on (rows, T) (comparisons write float 0/1), because torch's CPU
     kernels with boolean operands are several times slower than the float ones:
@@ -74,10 +77,14 @@ def _forward_block(
         raw_min, raw_max = min, max of r +- BIG * (1 - m)   (BIG = finfo.max; +-inf if empty)
     """
     dtype = out.dtype
-    valid = (mask if mask.dtype == torch.bool else mask != 0).view(torch.uint8).to(dtype)
-    r = torch.sub(log_probs.to(dtype), old_log_probs.to(dtype))
+    valid, r, c = work
+    valid.copy_((mask if mask.dtype == torch.bool else mask != 0).view(torch.uint8))
+    if log_probs.dtype == dtype and old_log_probs.dtype == dtype:
+        torch.sub(log_probs, old_log_probs, out=r)
+    else:
+        r.copy_(log_probs).sub_(old_log_probs.to(dtype))
     r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    c = torch.maximum(r, lo[:, None])
+    torch.maximum(r, lo[:, None], out=c)
     torch.minimum(c, hi[:, None], out=c)
     torch.sum(c, dim=-1, out=out[0])
     torch.sum(r, dim=-1, out=out[1])
@@ -88,7 +95,7 @@ def _forward_block(
     torch.mul(outside + signed, 0.5, out=out[3])
     torch.mul(outside - signed, 0.5, out=out[4])
     active.copy_(torch.sub(valid, side, out=side))
-    invalid = torch.rsub(valid, 1.0)
+    invalid = valid.neg_().add_(1.0)
     big = torch.finfo(dtype).max
     torch.amin(torch.add(r, invalid, alpha=big, out=side), dim=-1, out=out[5])
     torch.amax(torch.add(r, invalid, alpha=-big, out=side), dim=-1, out=out[6])
@@ -104,9 +111,12 @@ def forward(
     active = torch.empty((batch, length), dtype=torch.bool, device=log_probs.device)
     lo, hi = lo.to(dtype), hi.to(dtype)
     step = rows_per_block(batch, length, log_probs.device)
+    work = torch.empty((3, min(step, batch), length), dtype=dtype, device=log_probs.device)
     for start in range(0, batch, step):
         rows = slice(start, min(batch, start + step))
-        _forward_block(log_probs[rows], old_log_probs[rows], mask[rows], lo[rows], hi[rows], active[rows], out[:, rows])
+        n = rows.stop - start
+        _forward_block(log_probs[rows], old_log_probs[rows], mask[rows], lo[rows], hi[rows], active[rows], out[:, rows],
+                       work[:, :n])
     empty = out[2] == 0
     out[5].masked_fill_(empty, math.inf)
     out[6].masked_fill_(empty, -math.inf)
