@@ -4,6 +4,8 @@ import math
 import os
 import sys
 
+import torch
+
 from conftest import read_records, without_timing
 
 from gmpo_plugins.cli.main import main
@@ -105,3 +107,49 @@ def test_subprocess_runner_matches_in_process(two_step_report, tmp_path, monkeyp
     assert without_timing(subprocess_) == without_timing(in_process)
     # and the model round trip is exact: the same first rollout as the default run
     assert in_process[0]["rollout_digest"] == read_records(two_step_report)[0]["rollout_digest"]
+
+
+def test_model_directory_of_another_architecture(tmp_path):
+    """--model: any local causal LM directory with a tokenizer (here a random Llama with
+    the task's char tokenizer), used as is."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gmpo_plugins.compare.task import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    out = tmp_path / "out"
+    assert (
+        main(["compare", "--steps", "1", "--losses", "gmpo", "--model", str(tmp_path / "llama"), "--out", str(out)])
+        == 0
+    )
+    (record,) = read_records(out)
+    assert record["loss_name"] == "gmpo" and math.isfinite(record["policy_loss"])
+    assert "(used as is, no warm-up)" in (out / "report.md").read_text()
+
+
+def test_failing_subprocess_is_reported(tmp_path, monkeypatch, capsys, two_step_report):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'boom: no such framework here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_CORE", str(fake))
+    out = tmp_path / "out"
+    code = main(["compare", "--steps", "1", "--model", str(two_step_report / "model-init"), "--out", str(out)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "exited with status 3" in err and "boom: no such framework here" in err
+    assert "boom" in (out / "logs" / "core-gmpo.log").read_text()
