@@ -66,9 +66,18 @@ def _cpu_peak_bytes(fn: Callable[[], object]) -> Optional[int]:
     return peak
 
 
-def peak_extra_bytes(fn: Callable[[], object], device: torch.device, expected: int) -> Optional[int]:
+def peak_extra_bytes(
+    fn: Callable[[], object], device: torch.device, expected: int, reset: Optional[Callable[[], None]] = None
+) -> Optional[int]:
     """Peak bytes allocated during ``fn()`` beyond the start, minus ``expected``; None when
-    the CPU profiler gives no memory events."""
+    the CPU profiler gives no memory events.
+
+    ``reset`` runs first, outside the measurement: it must free what ``fn`` would free of
+    an earlier call (the previous gradient), or that free would be counted against the
+    peak (the CPU profiler records frees of blocks it saw allocated in earlier sessions).
+    """
+    if reset is not None:
+        reset()
     if device.type == "cuda":
         _sync(device)
         base = torch.cuda.memory_allocated(device)

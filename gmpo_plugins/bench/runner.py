@@ -181,12 +181,14 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         for shape in config.shapes:
             case = variants.make_case(shape[0], shape[1], dtype, device)
             grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
+            clear_grad = case.clear_grad
             label = f"{shape[0]}x{shape[1]} {dtype_name}"
 
             def measure_one(loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
                 progress(f"{label} {loss} {variant}")
                 timing = measure.median_times(fn, device, config.repeats)
-                row = _row(loss, variant, shape, dtype_name, timing, measure.peak_extra_bytes(fn, device, expected))
+                extra = measure.peak_extra_bytes(fn, device, expected, reset=clear_grad)
+                row = _row(loss, variant, shape, dtype_name, timing, extra)
                 if device.type == "cuda" and loss == "gmpo" and variant == "fused":
                     row["launches"] = _cuda_launches(fn)
                 return row

@@ -36,6 +36,10 @@ class Case:
     def log_probs(self) -> torch.Tensor:
         return self.inputs.log_probs
 
+    def clear_grad(self) -> None:
+        """Drop the gradient of the previous call."""
+        self.inputs.log_probs.grad = None
+
 
 def make_case(batch_size: int, length: int, dtype: torch.dtype, device: torch.device, seed: int = 0) -> Case:
     """Log ratios ~ N(0, 0.3^2), row i valid on its first L_i tokens with L_i uniform in
@@ -56,7 +60,7 @@ def make_case(batch_size: int, length: int, dtype: torch.dtype, device: torch.de
 
 
 def _backward(case: Case, loss: torch.Tensor) -> None:
-    case.log_probs.grad = None
+    case.clear_grad()
     loss.backward()
 
 
