@@ -217,7 +217,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
                     fused_row["variant"] = "registry (no fused path)"
                 group.extend(loss_rows)
             rows.extend(group)
-            del case
+            case = clear_grad = None  # free the inputs before building the next case
     if verl_note:
         notes.append(verl_note)
     return {
