@@ -50,10 +50,10 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import list_losses
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.translate import check_translated_hparams
 from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)
@@ -107,17 +107,6 @@ def registry_spec(policy_loss_type: Any) -> Optional[LossSpec]:
             f"{', '.join(policy_loss_choices())}"
         )
     return spec
-
-
-def _meaning(spec: LossSpec, hparam: str) -> str:
-    if hparam in ("eps_low", "eps_high") and spec.clip_space == "log":
-        return (
-            f"{spec.name} reads it as a LOG-space bound (per-token log ratio clipped to "
-            "[-LOW, HIGH]); the GMPO paper uses 0.4"
-        )
-    if hparam in ("eps_low", "eps_high"):
-        return f"{spec.name} reads it as a ratio-space bound ([1 - LOW, 1 + HIGH])"
-    return f"it is {spec.name}'s {hparam}"
 
 
 def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> Optional[str]:
@@ -192,15 +181,13 @@ def plan_loss(
     reduction = _reduction(spec, policy_loss_type, bool(token_level_loss))
     if reduction is not None:
         params["reduction"] = reduction
-    ratio_space = spec.clip_space == "ratio"
-    for hparam, value in params.items():
-        try:
-            check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
-        except ValueError as exc:
-            raise OpenRLHFConfigError(
-                f"gmpo_plugins: {FLAGS[hparam]}={value!r} is not valid for --actor.policy_loss_type="
-                f"{policy_loss_type}: {_meaning(spec, hparam)} ({exc})"
-            ) from exc
+    check_translated_hparams(
+        spec,
+        params,
+        setting_of=FLAGS.__getitem__,
+        context=f"--actor.policy_loss_type={policy_loss_type}",
+        error=OpenRLHFConfigError,
+    )
     return LossPlan(policy_loss_type, spec, params)
 
 

@@ -37,9 +37,9 @@ import logging
 import operator
 from typing import Any, Mapping
 
-from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.translate import check_translated_hparams
 from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)
@@ -62,22 +62,6 @@ class VerlConfigError(ValueError):
 def _clip_bound(config: Any, field: str) -> Any:
     value = getattr(config, field, None)
     return getattr(config, "clip_ratio", None) if value is None else value
-
-
-def _meaning(spec: LossSpec, hparam: str) -> str:
-    if hparam in ("eps_low", "eps_high") and spec.clip_space == "log":
-        side = "-eps_low" if hparam == "eps_low" else "+eps_high"
-        return (
-            f"it is {spec.name}'s {hparam}, a LOG-space bound: the per-token log ratio is clipped at "
-            f"{side}, so expected a number > 0 (the GMPO paper uses 0.4)"
-        )
-    if hparam in ("eps_low", "eps_high"):
-        return f"it is {spec.name}'s {hparam}, a RATIO-space bound"
-    if hparam == "dual_clip":
-        return f"it is {spec.name}'s dual_clip: the lower bound of dual-clip PPO, expected a number > 1"
-    if hparam == "norm_length":
-        return "it is the constant length of seq-mean-token-sum-norm, expected null or an int > 0"
-    return f"it is {spec.name}'s {hparam}"
 
 
 def _check_agg_mode(spec: LossSpec, loss_mode: str, loss_agg_mode: str) -> None:
@@ -138,15 +122,13 @@ def hparams_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss_mo
     if "norm_length" in defaults and params.get("reduction") == SEQ_MEAN_TOKEN_SUM_NORM:
         params["norm_length"] = getattr(config, "loss_scale_factor", None)
 
-    ratio_space = spec.clip_space == "ratio"
-    for hparam, value in params.items():
-        try:
-            check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
-        except ValueError as exc:
-            raise VerlConfigError(
-                f"gmpo_plugins: {ACTOR}.{FIELDS[hparam]}={value!r} is not valid for loss_mode={loss_mode}: "
-                f"{_meaning(spec, hparam)} ({exc})"
-            ) from exc
+    check_translated_hparams(
+        spec,
+        params,
+        setting_of=lambda hparam: f"{ACTOR}.{FIELDS[hparam]}",
+        context=f"loss_mode={loss_mode}",
+        error=VerlConfigError,
+    )
     return params
 
 

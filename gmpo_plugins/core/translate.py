@@ -1,0 +1,50 @@
+"""What every adapter needs when it maps a framework's settings onto a registry loss's
+hyper-parameters: a check whose error names the framework's own setting and says what
+the value means for that loss (e.g. that ``eps`` is a log-space bound for GMPO)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from gmpo_plugins.core.hparams import check_hparams
+from gmpo_plugins.core.spec import LossSpec
+
+
+def hparam_meaning(spec: LossSpec, hparam: str) -> str:
+    """One clause explaining ``hparam`` of ``spec`` to a user of another framework."""
+    if hparam in ("eps_low", "eps_high") and spec.clip_space == "log":
+        side = "-eps_low" if hparam == "eps_low" else "+eps_high"
+        return (
+            f"it is {spec.name}'s {hparam}, a LOG-space bound: the per-token log ratio is clipped at "
+            f"{side}, so expected a number > 0 (the GMPO paper uses 0.4)"
+        )
+    if hparam in ("eps_low", "eps_high"):
+        side = "1 - eps_low" if hparam == "eps_low" else "1 + eps_high"
+        return f"it is {spec.name}'s {hparam}, a RATIO-space bound: the ratio is clipped at {side}"
+    if hparam == "dual_clip":
+        return f"it is {spec.name}'s dual_clip: the lower bound of dual-clip PPO, expected a number > 1"
+    if hparam == "norm_length":
+        return "it is the constant length of seq-mean-token-sum-norm, expected null or an int > 0"
+    return f"it is {spec.name}'s {hparam}"
+
+
+def check_translated_hparams(
+    spec: LossSpec,
+    params: Mapping[str, Any],
+    *,
+    setting_of: Callable[[str], str],
+    context: str,
+    error: type[ValueError],
+) -> None:
+    """Check ``params`` (already translated from a framework) like ``spec.resolve`` does,
+    raising ``error`` with ``setting_of(hparam)`` (the framework's own name for the
+    setting), the offending value, ``context`` and the meaning of the hyper-parameter."""
+    ratio_space = spec.clip_space == "ratio"
+    for hparam, value in params.items():
+        try:
+            check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
+        except ValueError as exc:
+            raise error(
+                f"gmpo_plugins: {setting_of(hparam)}={value!r} is not valid for {context}: "
+                f"{hparam_meaning(spec, hparam)} ({exc})"
+            ) from exc
