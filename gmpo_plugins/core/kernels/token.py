@@ -57,8 +57,13 @@ class _Block:
     kernels with boolean operands are several times slower than the float ones).
 
     valid (0/1), r (log ratio, 0 on padding even for NaN/inf padding), ratio = exp(clamp(r)),
-    neg_a = -A, u = -A * ratio, c = -A * clamp(ratio, 1 - eps_low, 1 + eps_high),
-    pg = max(u, c) then the dual cap, cap_eff = -A * dual_clip where A < 0 else +inf.
+    neg_a = -A, and the surrogate before the dual cap
+
+        pg = max(u, c) = -A * clamp(ratio, lower, upper),  u = -A ratio, c = -A clamp(ratio, 1 - eps_low, 1 + eps_high)
+
+    with lower = 1 - eps_low where A < 0 (else -inf) and upper = 1 + eps_high where A > 0
+    (else +inf): -A * x is monotone in x and so is its rounding, so both forms give the
+    same float. cap = -A * dual_clip where A < 0 (else +inf) when dual_clip is set.
     """
 
     def __init__(self, log_probs, old, mask, advantages, weights, clip: _Clip, dtype) -> None:
@@ -71,16 +76,21 @@ class _Block:
         a = advantages.to(dtype)
         self.a = a[:, None] if a.dim() == 1 else a
         self.neg_a = -self.a
-        self.u = self.ratio * self.neg_a
-        self.banded = self.ratio.clamp(clip.low, clip.high)
-        self.c = self.banded * self.neg_a
-        self.pg = torch.maximum(self.u, self.c)
-        self.cap = None
-        if clip.dual is not None:
-            self.cap = torch.where(self.a < 0, self.neg_a * clip.dual, math.inf)
-            self.pg = torch.minimum(self.pg, self.cap)  # the value of where(A < 0 & pg > cap, cap, pg)
+        self.cap = None if clip.dual is None else torch.where(self.a < 0, self.neg_a * clip.dual, math.inf)
         w = None if weights is None else weights.to(dtype)
         self.w = w[:, None] if w is not None and w.dim() == 1 else w
+
+    def surrogate(self, clip: _Clip) -> torch.Tensor:
+        """pg = max(u, c) before the dual cap (a new tensor)."""
+        lower = torch.full_like(self.a, -math.inf).masked_fill_(self.a < 0, clip.low)
+        upper = torch.full_like(self.a, math.inf).masked_fill_(self.a > 0, clip.high)
+        pg = torch.maximum(self.ratio, lower)
+        return torch.minimum(pg, upper, out=pg).mul_(self.neg_a)
+
+    def branches(self, clip: _Clip) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(u, c, clamp(ratio, 1 - eps_low, 1 + eps_high)) for the backward pass's tie rule."""
+        banded = self.ratio.clamp(clip.low, clip.high)
+        return self.ratio * self.neg_a, banded * self.neg_a, banded
 
 
 class _TokenRowSums(torch.autograd.Function):
@@ -99,7 +109,12 @@ class _TokenRowSums(torch.autograd.Function):
             k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
                        None if weights is None else weights[rows], clip, dtype)
             o = out[:, rows]
-            pg = k.pg * k.w if k.w is not None else k.pg.clone()
+            pg = k.surrogate(clip)
+            if k.cap is not None:
+                torch.sum(torch.gt(pg, k.cap).to(dtype).mul_(k.valid), dim=-1, out=o[7])
+                torch.minimum(pg, k.cap, out=pg)  # the value of where(A < 0 & pg > cap, cap, pg)
+            if k.w is not None:
+                pg.mul_(k.w)
             pg.mul_(k.valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
             torch.sum(pg, dim=-1, out=o[0])
             torch.sum(k.r, dim=-1, out=o[1])
@@ -112,8 +127,6 @@ class _TokenRowSums(torch.autograd.Function):
             invalid = torch.rsub(k.valid, 1.0)
             torch.amin(torch.add(k.r, invalid, alpha=big, out=pg), dim=-1, out=o[5])
             torch.amax(torch.add(k.r, invalid, alpha=-big, out=pg), dim=-1, out=o[6])
-            if k.cap is not None:
-                torch.sum(torch.gt(torch.maximum(k.u, k.c), k.cap, out=pg).mul_(k.valid), dim=-1, out=o[7])
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
@@ -135,15 +148,16 @@ class _TokenRowSums(torch.autograd.Function):
             rows = slice(start, min(batch, start + step))
             k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
                        None if weights is None else weights[rows], clip, dtype)
+            u, c, banded = k.branches(clip)
             # share of d pg / d (-A ratio): 1 where u > c, band where u < c, (1 + band) / 2 on a tie
-            tie = torch.eq(k.u, k.c).to(dtype)
-            first = torch.gt(k.u, k.c).to(dtype).add_(tie, alpha=0.5)
-            band = torch.eq(k.banded, k.ratio, out=k.banded)
+            tie = torch.eq(u, c).to(dtype)
+            first = torch.gt(u, c).to(dtype).add_(tie, alpha=0.5)
+            band = torch.eq(banded, k.ratio, out=banded)
             share = band.add_(first.mul_(band.neg().add_(1.0)))  # first + (1 - first) * band
             d = share.mul_(k.neg_a).mul_(k.ratio)
             d.mul_(torch.eq(k.clamped, k.r, out=k.clamped)).mul_(k.valid)  # overflow guard, padding
             if k.cap is not None:
-                d.mul_(torch.le(torch.maximum(k.u, k.c), k.cap).to(dtype))
+                d.mul_(torch.le(k.surrogate(clip), k.cap).to(dtype))
             if k.w is not None:
                 d.mul_(k.w)
             d.mul_(grad_sum[rows, None])
