@@ -69,13 +69,13 @@ class LossSpec:
     ) -> LossOutput:
         """Compute the loss of one micro-batch.
 
-        validate=True checks shapes, dtypes, devices and values (which synchronises with
-        the device); validate=False skips those checks and never synchronises.
-        Hyper-parameters are always checked (no tensor is read for that).
+        Hyper-parameters and the structure of the inputs (types, dtypes, shapes, devices)
+        are always checked; no tensor is read for that. validate=True also checks values
+        (finite, 0/1 mask, one advantage per sequence), which synchronises with the device;
+        with validate=False the call never synchronises.
         """
         params = self.resolve(hparams)
         batch = BatchInfo() if batch is None else batch
-        if validate:
-            validate_inputs(inputs, sequence_level=self.sequence_level)
-            validate_batch_info(batch)
+        validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
+        validate_batch_info(batch, values=validate)
         return self.fn(inputs, batch, **params)

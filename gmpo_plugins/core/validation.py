@@ -1,12 +1,22 @@
 """Input checks that turn bad tensors into errors naming the argument.
 
-Checks of shapes, dtypes and devices cost nothing; checks of values (finite, 0/1 mask,
-constant sequence advantages) read tensor contents and therefore synchronise with the
-device. ``LossSpec(..., validate=False)`` skips this module entirely.
+Two levels. Structure (types, dtypes, shapes, devices) costs nothing and always runs.
+Values (finite at valid positions, 0/1 mask, IS weights >= 0, one advantage per sequence)
+read tensor contents and therefore synchronise with the device: they run when a loss is
+called with ``validate=True``.
+
+Framework adapters call a loss once per micro-batch; they ask ``value_checks_enabled``
+whether to check values, which follows ``GMPO_PLUGINS_VALIDATE``:
+
+    first   (default) the first call of each loss in a process: catches integration
+            mistakes (layout, mask, advantages) without a sync on every micro-batch
+    always  every call (debugging)
+    never   no value checks
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -14,6 +24,23 @@ import torch
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 _ADVANTAGE_TOLERANCE = 1e-5
+VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
+VALIDATE_MODES = ("first", "always", "never")
+_value_checked: set[str] = set()
+
+
+def value_checks_enabled(key: str) -> bool:
+    """Whether an adapter should check values on this call of the loss ``key`` (module
+    docstring); raises ValueError naming GMPO_PLUGINS_VALIDATE for an unknown mode."""
+    mode = os.environ.get(VALIDATE_ENV, "first") or "first"
+    if mode not in VALIDATE_MODES:
+        raise ValueError(f"{VALIDATE_ENV}: expected one of {list(VALIDATE_MODES)}, got {mode!r}")
+    if mode != "first":
+        return mode == "always"
+    if key in _value_checked:
+        return False
+    _value_checked.add(key)
+    return True
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:
@@ -42,8 +69,9 @@ def _require_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor) -> None
         raise ValueError(f"{name}: expected finite values at valid (mask=True) positions, found NaN or inf")
 
 
-def validate_inputs(inputs: LossInputs, *, sequence_level: bool) -> None:
-    """Raise TypeError/ValueError naming the first bad argument of ``inputs``."""
+def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = True) -> None:
+    """Raise TypeError/ValueError naming the first bad argument of ``inputs``; the checks
+    that read tensor values (and synchronise) only when ``values`` is True."""
     log_probs = _require_tensor("log_probs", inputs.log_probs)
     _require_float("log_probs", log_probs)
     if log_probs.dim() != 2:
@@ -81,6 +109,8 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool) -> None:
                 f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(tensor.shape)}"
             )
 
+    if not values:
+        return
     mask = inputs.mask
     if mask.dtype != torch.bool:
         if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
@@ -111,8 +141,9 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool) -> None:
             )
 
 
-def validate_batch_info(batch: BatchInfo) -> None:
-    """Raise ValueError/TypeError naming the bad field of ``batch``."""
+def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
+    """Raise ValueError/TypeError naming the bad field of ``batch``; tensor counts are
+    only read when ``values`` is True."""
     if not isinstance(batch, BatchInfo):
         raise TypeError(f"batch: expected gmpo_plugins.BatchInfo, got {type(batch).__name__}")
     if isinstance(batch.dp_size, bool) or not isinstance(batch.dp_size, int) or batch.dp_size < 1:
@@ -122,7 +153,7 @@ def validate_batch_info(batch: BatchInfo) -> None:
         if value is None:
             continue
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1 or not bool(value > 0):
+            if value.numel() != 1 or (values and not bool(value > 0)):
                 raise ValueError(f"batch.{name}: expected a positive scalar, got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"batch.{name}: expected a positive number or None, got {value!r}")

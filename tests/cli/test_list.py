@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,8 @@ def test_json_lists_every_loss_with_provider_and_defaults(capsys):
 
 
 def test_console_script_prints_a_table():
-    exe = shutil.which("gmpo-plugins")
+    beside = Path(sys.executable).with_name("gmpo-plugins")  # the script of this environment
+    exe = str(beside) if beside.exists() else shutil.which("gmpo-plugins")
     assert exe, "the gmpo-plugins console script is not installed"
     result = subprocess.run([exe, "list"], capture_output=True, text=True, check=True,
                             env={"COLUMNS": "200", "PATH": ""})

@@ -128,3 +128,26 @@ def test_bad_batch_info(batch, words):
 def test_validation_off_skips_value_checks():
     inputs = variant(mask=torch.full((3, 4), 2))  # a bad mask is no longer looked at
     assert get_loss("gmpo")(inputs, validate=False).loss.shape == ()
+
+
+def test_structure_is_checked_even_without_value_validation():
+    with pytest.raises(ValueError, match=r"old_log_probs: expected shape \(B, T\)"):
+        get_loss("gmpo")(variant(old_log_probs=torch.zeros(3, 5)), validate=False)
+    with pytest.raises(TypeError, match="log_probs: expected a floating-point tensor"):
+        get_loss("grpo")(variant(log_probs=torch.zeros(3, 4, dtype=torch.int64)), validate=False)
+
+
+def test_value_check_policy_for_adapters(monkeypatch):
+    from gmpo_plugins.core import validation
+
+    monkeypatch.setattr(validation, "_value_checked", set())
+    monkeypatch.delenv("GMPO_PLUGINS_VALIDATE", raising=False)
+    assert [validation.value_checks_enabled("fw:gmpo") for _ in range(3)] == [True, False, False]
+    assert validation.value_checks_enabled("fw:grpo") is True  # first call of another loss
+    monkeypatch.setenv("GMPO_PLUGINS_VALIDATE", "always")
+    assert validation.value_checks_enabled("fw:gmpo") is True
+    monkeypatch.setenv("GMPO_PLUGINS_VALIDATE", "never")
+    assert validation.value_checks_enabled("fw:new") is False
+    monkeypatch.setenv("GMPO_PLUGINS_VALIDATE", "sometimes")
+    with pytest.raises(ValueError, match=r"GMPO_PLUGINS_VALIDATE: expected one of \['first', 'always', 'never'\]"):
+        validation.value_checks_enabled("fw:gmpo")

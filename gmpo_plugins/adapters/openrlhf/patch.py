@@ -37,6 +37,7 @@ import torch
 from gmpo_plugins.adapters.openrlhf.options import LossPlan, batch_info, plan_loss
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.types import LossInputs
+from gmpo_plugins.core.validation import value_checks_enabled
 
 MARKER = "__gmpo_plugins_patched__"
 PLAN = "_gmpo_plugins_plan"
@@ -90,6 +91,7 @@ def registry_forward(
     out = plan.spec(
         LossInputs(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask),
         batch_info(dp_size, batch_num_tokens, global_batch_size),
+        validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),
         **plan.hparams,
     )
     zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)

@@ -33,6 +33,7 @@ from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
 from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import LossInputs
+from gmpo_plugins.core.validation import value_checks_enabled
 
 # Inputs GRPOTrainer forwards to the model next to input_ids/attention_mask (multimodal).
 FORWARD_KEYS = (
@@ -130,6 +131,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
                 rollout_is_weights=self._rollout_is_weights(inputs),
             ),
             batch,
+            validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
             **self.loss_hparams,
         )
         loss = out.loss

@@ -28,6 +28,7 @@ from gmpo_plugins.adapters.verl.metrics import verl_metrics
 from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import LossInputs
+from gmpo_plugins.core.validation import value_checks_enabled
 
 MARKER = "__gmpo_plugins_loss__"
 
@@ -55,7 +56,8 @@ def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
             mask=response_mask,
             rollout_is_weights=rollout_is_weights,
         )
-        out = spec(inputs, batch_info_from_config(config), **hparams)
+        batch = batch_info_from_config(config)
+        out = spec(inputs, batch, validate=value_checks_enabled(f"verl:{loss_mode}"), **hparams)
         return out.loss, verl_metrics(out.metrics)
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"gmpo_plugins_{spec.name}"
