@@ -23,6 +23,13 @@ def hparam_meaning(spec: LossSpec, hparam: str) -> str:
         return f"it is {spec.name}'s {hparam}, a RATIO-space bound: the ratio is clipped at {side}"
     if hparam == "dual_clip":
         return f"it is {spec.name}'s dual_clip: the lower bound of dual-clip PPO, expected a number > 1"
+    if hparam == "reduction" and len(spec.reductions) == 1:
+        return (
+            f"{spec.name} is defined by its reduction {spec.reductions[0]!r}; set that, or choose "
+            "the reduction freely with grpo"
+        )
+    if hparam == "reduction":
+        return f"it is {spec.name}'s batch reduction, one of {list(spec.reductions)}"
     if hparam == "norm_length":
         return "it is the constant length of seq-mean-token-sum-norm, expected null or an int > 0"
     return f"it is {spec.name}'s {hparam}"

@@ -35,3 +35,11 @@ def test_ratio_space_bound_and_dual_clip():
 def test_valid_values_pass():
     check("gmpo", eps_low=0.4, eps_high=0.4)
     check("grpo", eps_low=0.2, eps_high=0.28, dual_clip=3.0, reduction="token-mean")
+
+
+def test_a_loss_defined_by_its_reduction_says_so():
+    with pytest.raises(FrameworkError) as info:
+        check("dr_grpo", reduction="token-mean")
+    message = str(info.value)
+    assert "--fw.reduction='token-mean'" in message
+    assert "dr_grpo is defined by its reduction 'seq-mean-token-sum-norm'" in message and "grpo" in message

@@ -83,6 +83,8 @@ def test_tensors_on_different_devices():
         ("gmpo", {"kl_estimator": "k4"}, ["kl_estimator", "k1", "k3"]),
         ("gmpo", {"kl_beta": -1}, ["kl_beta", ">= 0"]),
         ("dr_grpo", {"norm_length": 0}, ["norm_length", "int > 0"]),
+        ("dapo", {"reduction": "seq-mean-token-mean"}, ["reduction", "['token-mean']"]),
+        ("dr_grpo", {"reduction": "token-mean"}, ["reduction", "['seq-mean-token-sum-norm']"]),
     ],
 )
 def test_bad_hyper_parameters(name, hparams, words):

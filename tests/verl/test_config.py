@@ -97,6 +97,8 @@ def test_nonpositive_clip_ratio_low_for_gmpo_is_a_clear_error(model, actor_confi
         ("grpo", {"clip_ratio_low": 1.0}, "actor_rollout_ref.actor.clip_ratio_low=1.0"),
         ("grpo", {"clip_ratio_c": 1.0}, "actor_rollout_ref.actor.clip_ratio_c=1.0"),
         ("dr_grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 0}, "loss_scale_factor=0"),
+        ("dr_grpo", {"loss_agg_mode": "token-mean"}, "['seq-mean-token-sum-norm']"),
+        ("dapo", {"loss_agg_mode": "seq-mean-token-mean"}, "['token-mean']"),
     ],
 )
 def test_settings_the_loss_cannot_honour_fail_at_the_first_call(

@@ -141,7 +141,7 @@ DAPO = LossSpec(
     description="DAPO: grpo with token-mean reduction and clip-higher",
     defaults=_defaults(TOKEN_MEAN, 0.28),
     clip_space="ratio",
-    reductions=REDUCTIONS,
+    reductions=(TOKEN_MEAN,),  # DAPO is defined by its token-mean
 )
 DR_GRPO = LossSpec(
     name="dr_grpo",
@@ -149,5 +149,5 @@ DR_GRPO = LossSpec(
     description="Dr.GRPO: grpo with per-sequence token sums over a constant length",
     defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
     clip_space="ratio",
-    reductions=REDUCTIONS,
+    reductions=(SEQ_MEAN_TOKEN_SUM_NORM,),  # Dr.GRPO is defined by its constant-length sum
 )
