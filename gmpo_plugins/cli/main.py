@@ -1,6 +1,7 @@
 """Argument parsing and dispatch for ``gmpo-plugins``.
 
-Usage errors print one line and exit with status 2 (argparse's convention).
+Usage errors print one line and exit with status 2 (argparse's convention); a broken
+plugin set-up (two plugins claiming one loss name) prints one line and exits with 1.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 from typing import Optional, Sequence
 
 from gmpo_plugins.cli import bench_cmd, list_cmd
+from gmpo_plugins.core.registry import LossNameCollisionError
 
 
 class UsageError(Exception):
@@ -36,6 +38,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         print(f"gmpo-plugins {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except LossNameCollisionError as exc:
+        print(f"gmpo-plugins {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,8 +19,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        raise UsageError("parity prints its table with rich: pip install 'gmpo-plugins[cli]'") from None
 
     from gmpo_plugins.compare import parity
     from gmpo_plugins.core.registry import UnknownLossError, get_loss

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
+
 KL_ESTIMATORS = ("k1", "k2", "k3")
-_EXP_GUARD = 20.0
 
 
 def kl_per_token(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -25,7 +26,7 @@ def kl_per_token(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator
     if estimator == "k2":
         return 0.5 * d.square()
     if estimator == "k3":
-        d = d.clamp(-_EXP_GUARD, _EXP_GUARD)
+        d = d.clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD)
         return torch.exp(d) - d - 1.0
     raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
 

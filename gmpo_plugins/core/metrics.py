@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.prepared import PreparedBatch
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, PreparedBatch
 from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min
 
 
@@ -34,7 +34,7 @@ def ratio_metrics(
         low = masked_mean(clipped_low.to(r.dtype), mask)
         high = masked_mean(clipped_high.to(r.dtype), mask)
         seq_log_weight = r.sum(-1) / batch.lengths.clamp_min(1)
-        seq_weight = torch.exp(seq_log_weight.clamp(-20.0, 20.0))
+        seq_weight = torch.exp(seq_log_weight.clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD))
         return {
             "clip_frac_low": low,
             "clip_frac_high": high,

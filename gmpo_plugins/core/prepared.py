@@ -14,6 +14,9 @@ import torch
 from gmpo_plugins.core.reduce import masked_mean
 from gmpo_plugins.core.types import LossInputs
 
+LOG_RATIO_GUARD = 20.0
+"""Default bound on |log ratio| before any exp: e^20 stays finite in fp32 and bf16."""
+
 
 @dataclass
 class PreparedBatch:

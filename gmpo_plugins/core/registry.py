@@ -137,12 +137,6 @@ def default_registry() -> LossRegistry:
     return _default
 
 
-def reset_default_registry() -> None:
-    """Forget the process-wide registry so the next use rediscovers plugins."""
-    global _default
-    _default = None
-
-
 def get_loss(name: str) -> LossSpec:
     """The registered loss called ``name``; raises UnknownLossError listing the valid names."""
     return default_registry().get(name)

@@ -41,3 +41,17 @@ def test_unknown_command_exits_2():
     with pytest.raises(SystemExit) as info:
         main(["nope"])
     assert info.value.code == 2
+
+
+def test_colliding_plugins_give_one_line_and_exit_1(monkeypatch, capsys):
+    from gmpo_plugins.core import registry
+
+    def collide():
+        raise registry.LossNameCollisionError("loss 'x' is registered by both distribution 'a' and distribution 'b'")
+
+    monkeypatch.setattr(registry, "default_registry", collide)
+    assert main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "gmpo-plugins list: error: loss 'x' is registered by both distribution 'a' and distribution 'b'"
+    )

@@ -9,6 +9,7 @@ import torch
 from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 
 from .batches import random_batch
+from .reference import gmpo_reference
 
 BUILTIN = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins"]
 CASES = [(name, {}) for name in BUILTIN] + [
@@ -73,12 +74,17 @@ def test_data_parallel_split_averages_to_whole_batch_gradient(name, hparams, ran
 
 
 def test_local_fallback_is_a_plain_mean_and_not_split_invariant():
-    """Without global counts each micro-batch is its own mean: documented, and visible here."""
+    """Without global counts each micro-batch is its own mean: documented, and pinned here
+    against the loop reference (so two halves give the sum of two half means)."""
     inputs = whole_batch()
-    whole = get_loss("gmpo")(inputs).loss
-    rows = inputs.mask.any(-1)
-    per_seq_mean = whole.item()
-    halves = [get_loss("gmpo")(shard(inputs, part)).loss.item() for part in chunks(14, 2)]
-    assert sum(halves) != pytest.approx(per_seq_mean)  # two local means, not one
-    info = BatchInfo(global_batch_size=int(rows.sum()))
-    assert get_loss("gmpo")(inputs, info).loss.item() == pytest.approx(per_seq_mean, rel=1e-12)
+    halves = []
+    for part in chunks(14, 2):
+        piece = shard(inputs, part)
+        local = get_loss("gmpo")(LossInputs(piece.log_probs, piece.old_log_probs, piece.advantages, piece.mask))
+        rows = int(piece.mask.any(-1).sum())
+        expected = gmpo_reference(piece.log_probs, piece.old_log_probs, piece.advantages, piece.mask, n=rows)
+        assert local.loss.item() == pytest.approx(expected.item(), rel=1e-12)
+        halves.append(local.loss.item())
+    whole = gmpo_reference(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask,
+                           n=int(inputs.mask.any(-1).sum()))
+    assert abs(sum(halves) - whole.item()) > 0.1  # accumulating local means is not the batch mean

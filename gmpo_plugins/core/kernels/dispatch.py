@@ -23,8 +23,15 @@ TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @functools.lru_cache(maxsize=1)
 def triton_importable() -> bool:
-    """True when the ``triton`` package is installed (it is not imported here)."""
-    return importlib.util.find_spec("triton") is not None
+    """True when ``triton`` imports. An installed but broken triton (driver or version
+    mismatch) counts as absent, so ``impl="auto"`` falls back to the torch backend."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure to import means: no Triton path
+        return False
+    return True
 
 
 def triton_interpreter() -> bool:
@@ -50,7 +57,7 @@ def select_backend(impl: str, tensor: torch.Tensor) -> ModuleType:
 
         return rowsum_torch
     if not triton_importable():
-        raise ValueError("impl='triton' needs the triton package (pip install triton)")
+        raise ValueError("impl='triton' needs the triton package, importable (pip install triton)")
     if tensor.dtype not in TRITON_DTYPES:
         raise ValueError(f"impl='triton' supports float16, bfloat16 and float32 log_probs, got {tensor.dtype}")
     if not tensor.is_cuda and not triton_interpreter():

@@ -28,14 +28,15 @@ from typing import Optional
 
 import torch
 
+from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels.rowmean import row_masked_mean
 from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
 from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
 from gmpo_plugins.core.kl import reference_kl
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
 from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce_sequences
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
-SEQ_WEIGHT_GUARD = 20.0  # the clamp of core/metrics.py's seq_weight
 
 
 def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
@@ -57,14 +58,6 @@ def _bounds(advantages: torch.Tensor, low: Optional[float], high: Optional[float
     return lo, hi
 
 
-def _one_sided(values, positive, negative, eps_low: float, eps_high: float):
-    """(B,) values clipped to eps_high where positive, -eps_low where negative, with the
-    chosen-low and chosen-high masks (the same torch.where gradient as the eager loss)."""
-    above = positive & (values > eps_high)
-    below = negative & (values < -eps_low)
-    return torch.where(above, eps_high, torch.where(below, -eps_low, values)), below, above
-
-
 def row_metrics(
     count: torch.Tensor,
     sum_raw: torch.Tensor,
@@ -84,7 +77,7 @@ def row_metrics(
         any_valid = rows.any()
         zero = torch.zeros((), dtype=total.dtype, device=total.device)
         seq_log_weight = sum_raw / count.clamp_min(1)
-        seq_weight = torch.exp(seq_log_weight.clamp(-SEQ_WEIGHT_GUARD, SEQ_WEIGHT_GUARD))
+        seq_weight = torch.exp(seq_log_weight.clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD))
         return {
             "clip_frac_low": low,
             "clip_frac_high": high,
@@ -167,7 +160,7 @@ def fused_geometric_mean_loss(
     summed = stats.sum_clipped
     s = summed / stats.count.clamp_min(1) if normalise else summed.clamp(-bound, bound)
     if clip == "sequence":
-        s, seq_low, seq_high = _one_sided(s, positive & rows, negative & rows, eps_low, eps_high)
+        s, seq_low, seq_high = one_sided_clip(s, positive & rows, negative & rows, eps_low, eps_high)
         low_tokens = torch.where(seq_low, stats.count, zeros)
         high_tokens = torch.where(seq_high, stats.count, zeros)
     pg = -advantages * torch.exp(s)

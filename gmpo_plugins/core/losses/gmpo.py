@@ -14,8 +14,10 @@ A clipped token gets zero gradient; every other valid token of sequence i gets
 ``sum_i L_i / N * dp_size`` (``reduce_sequences``), so accumulation over micro-batches
 and averaging over data-parallel ranks reproduce the whole-batch mean exactly.
 
-Guard: R = 20 keeps w_i <= e^20 for any finite input; tokens beyond +-R get zero
-gradient (only reachable where the unclipped side, A_i < 0 and r_t > 0, is unbounded).
+Guard: R = 20 keeps w_i <= e^20 for any finite input. Tokens with |r_t| > R get zero
+gradient, on either side; with the default eps this changes the loss only where the
+unclipped side is unbounded (A_i < 0 and r_t > R), or for A_i > 0 tokens whose ratio
+is below e^-20, and in gmpo_noclip wherever |r_t| > R.
 
 Ablations (paper Table 3): ``gmpo_noclip`` (l_t = r_t), ``gmpo_seqclip`` (the one-sided
 clip applied to s_i instead of each token), ``gmpo_nonorm`` (s_i = sum_t l_t without
@@ -28,30 +30,16 @@ from typing import Optional
 
 import torch
 
+from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
-from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3"}
-_GUARD_DEFAULT = {"log_ratio_bound": 20.0}
+_GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
 _EPS_DEFAULTS = {"eps_low": 0.4, "eps_high": 0.4}
-
-
-def _one_sided(
-    values: torch.Tensor,
-    positive: torch.Tensor,
-    negative: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Clip ``values`` to eps_high where the advantage is positive and to -eps_low where it
-    is negative; returns (clipped values, chosen-low mask, chosen-high mask)."""
-    above = positive & (values > eps_high)
-    below = negative & (values < -eps_low)
-    clipped = torch.where(above, eps_high, torch.where(below, -eps_low, values))
-    return clipped, below, above
 
 
 def geometric_mean_loss(
@@ -98,11 +86,11 @@ def geometric_mean_loss(
     clipped_low = clipped_high = no_clip
 
     if clip == "token":
-        r, clipped_low, clipped_high = _one_sided(r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high)
+        r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high)
     summed = r.sum(-1)  # padding holds 0
     s = summed / p.lengths.clamp_min(1) if normalise else summed.clamp(-bound, bound)
     if clip == "sequence":
-        s, seq_low, seq_high = _one_sided(s, positive & p.rows, negative & p.rows, eps_low, eps_high)
+        s, seq_low, seq_high = one_sided_clip(s, positive & p.rows, negative & p.rows, eps_low, eps_high)
         clipped_low, clipped_high = seq_low[:, None] & mask, seq_high[:, None] & mask
 
     pg = -p.advantages * torch.exp(s)

@@ -19,7 +19,7 @@ import torch
 
 from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
-from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
@@ -75,7 +75,13 @@ GSPO = LossSpec(
     name="gspo",
     fn=gspo_loss,
     description="GSPO: sequence-level geometric-mean ratio, clipped in ratio space",
-    defaults={"eps_low": 3e-4, "eps_high": 4e-4, "kl_beta": 0.0, "kl_estimator": "k3", "log_ratio_bound": 20.0},
+    defaults={
+        "eps_low": 3e-4,
+        "eps_high": 4e-4,
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "log_ratio_bound": LOG_RATIO_GUARD,
+    },
     sequence_level=True,
     clip_space="ratio",
 )

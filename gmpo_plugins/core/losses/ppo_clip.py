@@ -23,7 +23,7 @@ import torch
 from gmpo_plugins.core.kernels import check_impl
 from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
 from gmpo_plugins.core.losses.finish import finish_token_loss
-from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
@@ -123,7 +123,7 @@ def _defaults(reduction: str, eps_high: float) -> dict:
         "norm_length": None,
         "kl_beta": 0.0,
         "kl_estimator": "k3",
-        "log_ratio_bound": 20.0,
+        "log_ratio_bound": LOG_RATIO_GUARD,
     }
 
 
