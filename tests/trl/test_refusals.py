@@ -77,8 +77,10 @@ def test_unknown_or_bad_loss_hparams_raise_at_construction(tmp_path):
         _build(tmp_path, loss_hparams={"log_ratio_bond": 10.0})
     with pytest.raises(ValueError, match="log_ratio_bound must be a finite number > 0"):
         _build(tmp_path, loss_hparams={"log_ratio_bound": -1.0})
-    with pytest.raises(ValueError, match="eps_low must be a finite number > 0"):
+    with pytest.raises(ValueError, match="eps_low must be a finite number > 0") as info:
         _build(tmp_path, epsilon=-0.1)
+    assert "GRPOConfig.epsilon=-0.1 is not valid for RegistryGRPOTrainer(loss='gmpo')" in str(info.value)
+    assert "LOG-space bound" in str(info.value)
 
 
 def test_supported_options_are_translated(tmp_path):

@@ -38,6 +38,7 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.translate import check_translated_hparams
 
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is taken from
     "eps_low": "epsilon",
@@ -130,6 +131,13 @@ def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Optional[Map
         "norm_length": args.max_completion_length,
     }
     params = {key: value for key, value in translated.items() if key in spec.defaults}
+    check_translated_hparams(
+        spec,
+        params,
+        setting_of=lambda hparam: f"GRPOConfig.{TRANSLATED[hparam]}",
+        context=f"RegistryGRPOTrainer(loss={spec.name!r})",
+        error=UnsupportedTRLOptionError,
+    )
     params.update(extra)
-    spec.resolve(params)  # unknown names and bad values raise now, not at the first step
+    spec.resolve(params)  # unknown names and bad values of loss_hparams raise now, not at the first step
     return params
