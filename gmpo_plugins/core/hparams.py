@@ -10,6 +10,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from gmpo_plugins.core.kl import KL_ESTIMATORS
+from gmpo_plugins.core.prepared import IS_AGGREGATIONS
 
 
 def _real(value: Any) -> bool:
@@ -23,10 +24,9 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kl_estimator": (lambda v: v in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}"),
     "dual_clip": (lambda v: v is None or (_real(v) and v > 1), "None or a finite number > 1"),
     "log_ratio_bound": (lambda v: _real(v) and v > 0, "a finite number > 0"),
-    "norm_length": (
-        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0),
-        "None or an int > 0",
-    ),
+    "kl_clamp": (lambda v: v is None or (_real(v) and v > 0), "None or a finite number > 0"),
+    "rollout_is_aggregation": (lambda v: v in IS_AGGREGATIONS, f"one of {list(IS_AGGREGATIONS)}"),
+    "norm_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "an int > 0"),
 }
 
 

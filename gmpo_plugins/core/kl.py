@@ -7,6 +7,12 @@ With ``d = ref_log_probs - log_probs`` (B, T):
     k3 = exp(d) - d - 1        unbiased, non-negative (Schulman's "low variance" estimator)
 
 ``d`` is clamped to +-20 before ``exp`` so the estimate stays finite for any finite input.
+
+``kl_clamp`` (a hyper-parameter of every built-in loss, default None: off, as TRL) clamps
+the per-token estimate to [-kl_clamp, kl_clamp]; a clamped token gets zero gradient from
+the KL term. verl clamps its low-variance KL to +-10 (``kl_penalty_forward``, k3 only):
+``kl_estimator="k3", kl_clamp=10`` reproduces verl's ``use_kl_loss`` with
+``kl_loss_type=low_var_kl``.
 """
 
 from __future__ import annotations
@@ -18,8 +24,16 @@ from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def kl_per_token(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL estimate (B, T), differentiable w.r.t. ``log_probs``."""
+def kl_per_token(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str, clamp: float | None = None
+) -> torch.Tensor:
+    """Per-token KL estimate (B, T), differentiable w.r.t. ``log_probs``, clamped to
+    [-clamp, clamp] when ``clamp`` is given."""
+    kl = _estimate(log_probs, ref_log_probs, estimator)
+    return kl if clamp is None else kl.clamp(-clamp, clamp)
+
+
+def _estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
     d = ref_log_probs - log_probs
     if estimator == "k1":
         return -d
@@ -38,6 +52,7 @@ def reference_kl(
     beta: float,
     estimator: str,
     loss_name: str,
+    clamp: float | None = None,
 ) -> torch.Tensor | None:
     """Per-token KL (B, T) when a reference is given, None otherwise.
 
@@ -47,4 +62,4 @@ def reference_kl(
         if beta > 0:
             raise ValueError(f"{loss_name}: ref_log_probs is required when kl_beta > 0 (got kl_beta={beta})")
         return None
-    return kl_per_token(log_probs, ref_log_probs, estimator)
+    return kl_per_token(log_probs, ref_log_probs, estimator, clamp)

@@ -6,6 +6,7 @@ tests' autograd references). Nothing here branches on tensor values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -16,6 +17,14 @@ from gmpo_plugins.core.types import LossInputs
 
 LOG_RATIO_GUARD = 20.0
 """Default bound on |log ratio| before any exp: e^20 stays finite in fp32 and bf16."""
+
+
+def product_guard(dtype: torch.dtype) -> float:
+    """P = 0.9 * ln(finfo(dtype).max), the bound on a log product of token ratios
+    (gmpo_nonorm): 79.8 for float32 and bfloat16, 9.98 for float16, 639 for float64. It
+    leaves a factor finfo.max^0.1 for the advantage and the batch normalisation, so the
+    weight e^P and the gradient, which has log_probs' dtype, stay finite."""
+    return 0.9 * math.log(torch.finfo(dtype).max)
 
 
 @dataclass
@@ -68,13 +77,54 @@ def prepare(inputs: LossInputs, *, sequence_level: bool) -> PreparedBatch:
     )
 
 
-def sequence_is_weights(batch: PreparedBatch) -> Optional[torch.Tensor]:
+IS_AGGREGATIONS = ("arithmetic_mean", "geometric_mean", "per_token")
+"""How (B, T) rollout IS weights w_t act on a sequence-level loss L_i (``rollout_is_aggregation``):
+
+    arithmetic_mean  L_i * mean_t w_t                     (TRL's sequence-level IS)
+    geometric_mean   L_i * exp(mean_t log w_t)            (verl's geo_mean)
+    per_token        value L_i * mean_t w_t, but token t's gradient scaled by w_t instead
+                     of mean_t w_t: dL/dlog_prob_t = w_t * dL_i/dlog_prob_t   (verl's and
+                     TRL's gspo, which weight each token of a sequence-level surrogate)
+
+(B,) weights (one per sequence) multiply L_i in every mode.
+"""
+
+
+def sequence_is_weights(batch: PreparedBatch, aggregation: str = "arithmetic_mean") -> Optional[torch.Tensor]:
     """Rollout importance weights per sequence (B,): the weight itself when given per
-    sequence, else the masked token mean."""
+    sequence, else the masked token mean of ``aggregation`` (``IS_AGGREGATIONS``;
+    ``per_token`` uses the arithmetic mean for the value)."""
     weights = batch.rollout_is_weights
     if weights is None or weights.dim() == 1:
         return weights
-    return masked_mean(weights, batch.mask, dim=-1)
+    return row_is_weights(weights, batch.mask, aggregation)
+
+
+def row_is_weights(weights: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
+    """(B, T) weights, (B, T) bool mask -> (B,) arithmetic or geometric masked row means
+    (a zero weight makes the geometric mean 0; an empty row gives 1)."""
+    if aggregation == "geometric_mean":
+        return torch.exp(masked_mean(torch.log(weights), mask, dim=-1))
+    return masked_mean(weights, mask, dim=-1)
+
+
+def per_token_is_gradient(
+    values: torch.Tensor, weights: Optional[torch.Tensor], mask: torch.Tensor, aggregation: str
+) -> torch.Tensor:
+    """``values`` (B, T) unchanged in value, with the gradient of valid token t multiplied by
+    w_t / mean_t w_t under ``aggregation == "per_token"`` and (B, T) weights (0 where the
+    row's weights are all 0); ``values`` itself otherwise.
+
+    Straight-through: ``v + (v - sg(v)) * (scale - 1)`` has the value of v (the added term
+    is exactly 0) and the gradient ``scale``; positions outside ``mask`` keep v.
+    """
+    if aggregation != "per_token" or weights is None or weights.dim() != 2:
+        return values
+    weights = weights.detach().to(values.dtype)
+    mean = masked_mean(weights, mask, dim=-1)[:, None]
+    scale = torch.where(mean > 0, weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
+    scaled = values + (values - values.detach()) * (scale - 1.0)
+    return torch.where(mask, scaled, values)
 
 
 def token_is_weights(batch: PreparedBatch) -> Optional[torch.Tensor]:

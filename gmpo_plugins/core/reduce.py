@@ -40,6 +40,22 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return -masked_min(-values, mask)
 
 
+def require_global_count(batch: BatchInfo, field: str) -> None:
+    """Raise ValueError naming ``batch.<field>`` when it is missing and ``dp_size > 1``.
+
+    Without the global count, a rank can only divide by its local count; the ranks' local
+    counts differ in general, so averaging their gradients would not give the mean over the
+    global batch (verl's ``agg_loss`` refuses this case too). With ``dp_size == 1`` the
+    micro-batch is taken as the whole batch (a plain local mean).
+    """
+    if batch.dp_size > 1:
+        raise ValueError(
+            f"batch.{field} is required when batch.dp_size > 1 (got dp_size={batch.dp_size}, {field}=None): "
+            "a local mean on each rank does not average to the global-batch mean; pass the count over all "
+            "ranks and micro-batches of the optimizer step"
+        )
+
+
 def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInfo) -> torch.Tensor:
     """Micro-batch loss from per-sequence losses.
 
@@ -47,11 +63,12 @@ def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInf
 
         loss = sum_i rows_i * L_i / N * dp_size
 
-    with ``N = batch.global_batch_size``, or ``N = count(rows) * dp_size`` when the
-    global count is unknown (a local mean).
+    with ``N = batch.global_batch_size``, or, with ``dp_size == 1`` and no global count,
+    ``N = count(rows)`` (a local mean); ``dp_size > 1`` without it raises ValueError.
     """
     total = masked_sum(seq_loss, rows)
     if batch.global_batch_size is None:
+        require_global_count(batch, "global_batch_size")
         return total / rows.sum().clamp_min(1).to(total.dtype)
     return total * batch.dp_size / batch.global_batch_size
 
@@ -68,18 +85,21 @@ def reduce_tokens(
     token-mean               sum_{i,t} m l / M * dp_size            (DAPO; M = global tokens)
     seq-mean-token-mean      sum_i [sum_t m l / |o_i|] / N * dp_size (GRPO)
     seq-mean-token-sum-norm  sum_i [sum_t m l / L] / N * dp_size     (Dr.GRPO; L = norm_length,
-                                                                      default the padded T)
-    Missing global counts fall back to local means as in ``reduce_sequences``.
+                                                                      a constant)
+    Missing global counts: local means with ``dp_size == 1``, ValueError otherwise
+    (``require_global_count``).
     """
     if reduction == TOKEN_MEAN:
         total = masked_sum(token_loss, mask)
         if batch.global_num_tokens is None:
+            require_global_count(batch, "global_num_tokens")
             return total / mask.sum().clamp_min(1).to(total.dtype)
         return total * batch.dp_size / batch.global_num_tokens
     rows = mask.any(-1)
     if reduction == SEQ_MEAN_TOKEN_MEAN:
         return reduce_sequences(masked_mean(token_loss, mask, dim=-1), rows, batch)
     if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
-        length = mask.shape[-1] if norm_length is None else norm_length
-        return reduce_sequences(masked_sum(token_loss, mask, dim=-1) / length, rows, batch)
+        if norm_length is None:
+            raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
+        return reduce_sequences(masked_sum(token_loss, mask, dim=-1) / norm_length, rows, batch)
     raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")

@@ -12,7 +12,8 @@ declares the hyper-parameter in its spec (``spec.defaults``):
                    (grpo/dapo/dr_grpo/gspo: [1 - eps_low, 1 + eps_high], as verl's vanilla)
     dual_clip   <- actor_rollout_ref.actor.clip_ratio_c     (verl's vanilla always applies it)
     reduction   <- actor_rollout_ref.actor.loss_agg_mode    (losses with reductions)
-    norm_length <- actor_rollout_ref.actor.loss_scale_factor (null: the padded width, as verl)
+    norm_length <- actor_rollout_ref.actor.loss_scale_factor (null: the core's constant 1024; verl would
+                                         divide by each micro-batch's padded width)
 
 Every other hyper-parameter keeps its registry default (``kl_beta`` stays 0: verl adds its
 own KL loss in ``ppo_loss`` when ``use_kl_loss`` is set).
@@ -120,7 +121,9 @@ def hparams_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss_mo
     else:
         _check_agg_mode(spec, loss_mode, loss_agg_mode)
     if "norm_length" in defaults and params.get("reduction") == SEQ_MEAN_TOKEN_SUM_NORM:
-        params["norm_length"] = getattr(config, "loss_scale_factor", None)
+        scale = getattr(config, "loss_scale_factor", None)
+        if scale is not None:  # verl's null means the padded width, which depends on the split
+            params["norm_length"] = scale
 
     check_translated_hparams(
         spec,

@@ -12,14 +12,19 @@ with c the batch normalisation (``reduce_sequences``). The formulas are those of
     gmpo          lo_i = -min(eps_low, R) if A_i < 0 else -R,  hi_i = min(eps_high, R) if A_i > 0 else R
                   s_i = sum_clipped_i / max(1, |o_i|)
     gmpo_noclip   lo_i = -R, hi_i = R, s_i as above
-    gmpo_seqclip  lo_i = -R, hi_i = R, then the one-sided clip of s_i
-    gmpo_nonorm   bounds of gmpo, s_i = clamp(sum_clipped_i, -R, R)
+    gmpo_seqclip  lo_i = -R, hi_i = R, the one-sided clip of sum_clipped_i, then / max(1, |o_i|)
+    gmpo_nonorm   bounds of gmpo, s_i = clamp(sum_clipped_i, -P, P)  (P = prepared.product_guard)
     gspo          lo_i = -R, hi_i = R, ratio_i = exp(s_i), PPO clip of ratio_i in ratio space
 
 A KL term (``ref_log_probs``) needs a per-token gradient that is not a per-sequence
 coefficient; it is added with the eager formula (``core/kl.py``) on top of the fused
 policy term, so with a reference policy the call costs the KL's (B, T) temporaries.
 Metrics equal ``core/metrics.py``'s, computed from the (B,) statistics.
+
+Rollout IS weights under ``per_token`` (``prepared.IS_AGGREGATIONS``) scale each token's
+gradient: the log-probs go into ``clipped_row_sums`` through
+``prepared.per_token_is_gradient`` (same values, gradient scaled by w_t / mean_t w_t), which
+costs (B, T) temporaries in that case only.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from gmpo_plugins.core.kernels.rowmean import row_masked_mean
 from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
 from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
 from gmpo_plugins.core.kl import reference_kl
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, product_guard, row_is_weights
 from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce_sequences
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
@@ -91,6 +96,18 @@ def row_metrics(
         }
 
 
+def _bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+def _policy_log_probs(inputs: LossInputs, aggregation: str, dtype: torch.dtype) -> torch.Tensor:
+    """log_probs for ``clipped_row_sums``: as given, or with the per-token IS gradient scale."""
+    weights = inputs.rollout_is_weights
+    if aggregation != "per_token" or weights is None or weights.dim() != 2:
+        return inputs.log_probs
+    return per_token_is_gradient(inputs.log_probs.to(dtype), weights, _bool_mask(inputs.mask), aggregation)
+
+
 def _finish(
     inputs: LossInputs,
     batch: BatchInfo,
@@ -101,7 +118,9 @@ def _finish(
     *,
     kl_beta: float,
     kl_estimator: str,
+    kl_clamp: Optional[float],
     loss_name: str,
+    is_aggregation: str,
 ) -> LossOutput:
     """``losses/finish.finish_sequence_loss`` on (B,) statistics (module docstring)."""
     dtype = pg.dtype
@@ -109,15 +128,21 @@ def _finish(
     weights = inputs.rollout_is_weights
     if weights is not None:
         weights = weights.detach()
-        pg = pg * (row_masked_mean(weights, inputs.mask, dtype) if weights.dim() == 2 else weights.to(dtype))
+        if weights.dim() == 1:
+            rho = weights.to(dtype)
+        elif is_aggregation == "geometric_mean":
+            rho = row_is_weights(weights.to(dtype), _bool_mask(inputs.mask), is_aggregation)
+        else:
+            rho = row_masked_mean(weights, inputs.mask, dtype)
+        pg = pg * rho
     policy_loss = reduce_sequences(pg, rows, batch)
     metrics = row_metrics(stats.count, stats.sum_raw, stats.raw_min, stats.raw_max, low_tokens, high_tokens)
     loss = policy_loss
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
     log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
-    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name)
     if kl is not None:
-        mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+        mask = _bool_mask(inputs.mask)
         metrics["kl"] = masked_mean(kl, mask).detach()
         loss = loss + kl_beta * reduce_sequences(masked_mean(kl, mask, dim=-1), rows, batch)
     metrics["policy_loss"] = policy_loss.detach()
@@ -133,6 +158,8 @@ def fused_geometric_mean_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    rollout_is_aggregation: str,
+    kl_clamp: Optional[float] = None,
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
     loss_name: str = "gmpo",
@@ -146,7 +173,8 @@ def fused_geometric_mean_loss(
     bound = log_ratio_bound
     token_clip = clip == "token"
     lo, hi = _bounds(advantages, eps_low if token_clip else None, eps_high if token_clip else None, bound)
-    stats = clipped_row_sums(inputs.log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
+    log_probs = _policy_log_probs(inputs, rollout_is_aggregation, dtype)
+    stats = clipped_row_sums(log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
     rows = stats.count > 0
     zeros = torch.zeros_like(stats.count)
     low_tokens = high_tokens = zeros
@@ -158,14 +186,19 @@ def fused_geometric_mean_loss(
         if eps_high < bound:
             high_tokens = torch.where(positive, stats.above, zeros)
     summed = stats.sum_clipped
-    s = summed / stats.count.clamp_min(1) if normalise else summed.clamp(-bound, bound)
     if clip == "sequence":
-        s, seq_low, seq_high = one_sided_clip(s, positive & rows, negative & rows, eps_low, eps_high)
+        summed, seq_low, seq_high = one_sided_clip(summed, positive & rows, negative & rows, eps_low, eps_high)
         low_tokens = torch.where(seq_low, stats.count, zeros)
         high_tokens = torch.where(seq_high, stats.count, zeros)
+    if normalise:
+        s = summed / stats.count.clamp_min(1)
+    else:
+        guard = product_guard(inputs.log_probs.dtype)
+        s = summed.clamp(-guard, guard)
     pg = -advantages * torch.exp(s)
     return _finish(
-        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator, loss_name=loss_name
+        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp, loss_name=loss_name, is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -178,18 +211,22 @@ def fused_gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    rollout_is_aggregation: str,
+    kl_clamp: Optional[float] = None,
     impl: str = "auto",
 ) -> LossOutput:
     """GSPO (``losses/gspo.gspo_loss``), fused."""
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
     lo, hi = _bounds(advantages, None, None, log_ratio_bound)
-    stats = clipped_row_sums(inputs.log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
+    log_probs = _policy_log_probs(inputs, rollout_is_aggregation, dtype)
+    stats = clipped_row_sums(log_probs, inputs.old_log_probs, inputs.mask, lo, hi, impl=impl)
     ratio = torch.exp(stats.sum_clipped / stats.count.clamp_min(1))
     pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
     zeros = torch.zeros_like(stats.count)
     high_tokens = torch.where((advantages > 0) & (ratio > 1.0 + eps_high), stats.count, zeros)
     low_tokens = torch.where((advantages < 0) & (ratio < 1.0 - eps_low), stats.count, zeros)
     return _finish(
-        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator, loss_name="gspo"
+        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp, loss_name="gspo", is_aggregation=rollout_is_aggregation,
     )

@@ -38,6 +38,7 @@ from gmpo_plugins.core.reduce import (
     masked_mean,
     reduce_sequences,
     reduce_tokens,
+    require_global_count,
 )
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
@@ -165,17 +166,22 @@ class _TokenRowSums(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def _reduce(row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: int) -> torch.Tensor:
+def _reduce(
+    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: Optional[int]
+) -> torch.Tensor:
     """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
     count, rows = stats[2], stats[2] > 0
     if reduction == TOKEN_MEAN:
         total = row_sums.sum()
         if batch.global_num_tokens is None:
+            require_global_count(batch, "global_num_tokens")
             return total / count.sum().clamp_min(1)
         return total * batch.dp_size / batch.global_num_tokens
     if reduction == SEQ_MEAN_TOKEN_MEAN:
         return reduce_sequences(row_sums / count.clamp_min(1), rows, batch)
     if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
+        if length is None:
+            raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
         return reduce_sequences(row_sums / length, rows, batch)
     raise ValueError(f"reduction must be one of {[TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM]}, "
                      f"got {reduction!r}")
@@ -193,6 +199,7 @@ def fused_clipped_ratio_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    kl_clamp: Optional[float] = None,
     loss_name: str = "grpo",
 ) -> LossOutput:
     """``losses/ppo_clip.clipped_ratio_loss``, fused (module docstring); a KL term is added
@@ -203,15 +210,14 @@ def fused_clipped_ratio_loss(
     row_sums, stats = _TokenRowSums.apply(
         inputs.log_probs, inputs.old_log_probs.detach(), inputs.mask.detach(), inputs.advantages.detach(), weights, clip
     )
-    length = inputs.log_probs.shape[-1] if norm_length is None else norm_length
-    policy_loss = _reduce(row_sums, stats, batch, reduction, length)
+    policy_loss = _reduce(row_sums, stats, batch, reduction, norm_length)
     metrics = row_metrics(stats[2], stats[1], stats[5], stats[6], stats[3], stats[4])
     if dual_clip is not None:
         metrics["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
     loss = policy_loss
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
     log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
-    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name)
     if kl is not None:
         mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
         metrics["kl"] = masked_mean(kl, mask).detach()

@@ -3,6 +3,8 @@ the optional KL term and the metrics."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from gmpo_plugins.core.kl import reference_kl
@@ -21,19 +23,27 @@ def finish_sequence_loss(
     clipped_high: torch.Tensor,
     kl_beta: float,
     kl_estimator: str,
+    kl_clamp: Optional[float] = None,
     loss_name: str,
+    is_aggregation: str = "arithmetic_mean",
 ) -> LossOutput:
     """pg (B,): per-sequence policy-gradient losses. Returns
 
     loss = reduce_sequences(pg_i * rho_i + beta * mean_t KL_t)
+
+    with rho_i the rollout IS weight of the sequence under ``is_aggregation``
+    (``prepared.IS_AGGREGATIONS``; ``per_token``'s gradient scaling is applied by the loss
+    to its log ratios, ``prepared.per_token_is_gradient``).
     """
-    rho = sequence_is_weights(p)
+    rho = sequence_is_weights(p, is_aggregation)
     if rho is not None:
         pg = pg * rho
     policy_loss = reduce_sequences(pg, p.rows, batch)
     metrics = ratio_metrics(p, clipped_low, clipped_high)
     loss = policy_loss
-    kl = reference_kl(p.log_probs, p.ref_log_probs, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    kl = reference_kl(
+        p.log_probs, p.ref_log_probs, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name
+    )
     if kl is not None:
         metrics["kl"] = masked_mean(kl, p.mask).detach()
         loss = loss + kl_beta * reduce_sequences(masked_mean(kl, p.mask, dim=-1), p.rows, batch)
@@ -52,6 +62,7 @@ def finish_token_loss(
     clipped_high: torch.Tensor,
     kl_beta: float,
     kl_estimator: str,
+    kl_clamp: Optional[float] = None,
     loss_name: str,
 ) -> LossOutput:
     """pg (B, T): per-token policy-gradient losses. Returns
@@ -64,7 +75,9 @@ def finish_token_loss(
     policy_loss = reduce_tokens(pg, p.mask, batch, reduction, norm_length)
     metrics = ratio_metrics(p, clipped_low, clipped_high)
     loss = policy_loss
-    kl = reference_kl(p.log_probs, p.ref_log_probs, beta=kl_beta, estimator=kl_estimator, loss_name=loss_name)
+    kl = reference_kl(
+        p.log_probs, p.ref_log_probs, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name
+    )
     if kl is not None:
         metrics["kl"] = masked_mean(kl, p.mask).detach()
         loss = loss + kl_beta * reduce_tokens(kl, p.mask, batch, reduction, norm_length)

@@ -19,9 +19,28 @@ gradient, on either side; with the default eps this changes the loss only where 
 unclipped side is unbounded (A_i < 0 and r_t > R), or for A_i > 0 tokens whose ratio
 is below e^-20, and in gmpo_noclip wherever |r_t| > R.
 
-Ablations (paper Table 3): ``gmpo_noclip`` (l_t = r_t), ``gmpo_seqclip`` (the one-sided
-clip applied to s_i instead of each token), ``gmpo_nonorm`` (s_i = sum_t l_t without
-1/|o_i|, clamped to +-R: the product of the token ratios).
+Rollout IS weights (``rollout_is_aggregation``, ``prepared.IS_AGGREGATIONS``): default
+``geometric_mean``, rho_i = exp(mean_t log w_t). GMPO's own weight is the geometric mean of
+the token ratios, so rho_i * w_i is then the geometric mean of the token ratios against the
+rollout policy, pi_theta / pi_rollout: one consistent correction. It is verl's ``geo_mean``.
+
+Ablations (paper Table 3), as the authors' code (callsys/GMPO ``train_zero_math_gmpo.py``)
+runs them:
+
+- ``gmpo_noclip``: l_t = r_t (the authors set eps = 1000).
+- ``gmpo_seqclip``: no token clip; the one-sided clip applies to the SUM of the log
+  ratios, S_i = sum_t r_t, clipped to min(S_i, eps_high) if A_i > 0 or max(S_i, -eps_low)
+  if A_i < 0, and only then divided by |o_i|: s_i = clip(S_i) / |o_i|. The bound on the
+  sum is |o_i| times tighter than the same eps on the mean. A clipped sequence gets zero
+  gradient on all its tokens. (Clipping the mean instead is GSPO with log-space bounds,
+  ``gspo`` with eps_low = 1 - e^-eps, eps_high = e^eps - 1, so no separate loss is kept.)
+- ``gmpo_nonorm``: s_i = sum_t l_t without 1/|o_i| (the authors' ``gmpo_without_norm``:
+  the product of the clipped token ratios), clamped to +-P with the product guard
+  P = 0.9 * ln(finfo(dtype of log_probs).max): about 79.8 for float32 and bfloat16, 9.98
+  for float16, 639 for float64, so that w_i and the gradient, which has log_probs' dtype,
+  stay finite. Within the guard the result is the authors' (who have no guard: their
+  float32 weight overflows to inf past 88.7); beyond it the sequence saturates (its weight
+  stays e^P and its tokens get zero gradient).
 """
 
 from __future__ import annotations
@@ -33,13 +52,14 @@ import torch
 from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
-_KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3"}
+_KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None}
 _GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
 _EPS_DEFAULTS = {"eps_low": 0.4, "eps_high": 0.4}
+_IS_DEFAULT = {"rollout_is_aggregation": "geometric_mean"}
 
 
 def geometric_mean_loss(
@@ -51,6 +71,8 @@ def geometric_mean_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    rollout_is_aggregation: str,
+    kl_clamp: Optional[float] = None,
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
     loss_name: str = "gmpo",
@@ -71,6 +93,8 @@ def geometric_mean_loss(
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             log_ratio_bound=log_ratio_bound,
+            rollout_is_aggregation=rollout_is_aggregation,
+            kl_clamp=kl_clamp,
             eps_low=eps_low,
             eps_high=eps_high,
             loss_name=loss_name,
@@ -80,6 +104,7 @@ def geometric_mean_loss(
     mask = p.mask
     bound = log_ratio_bound
     r = p.log_ratio.clamp(-bound, bound)
+    r = per_token_is_gradient(r, p.rollout_is_weights, mask, rollout_is_aggregation)
     positive = p.advantages > 0  # (B,)
     negative = p.advantages < 0
     no_clip = torch.zeros_like(mask)
@@ -88,10 +113,14 @@ def geometric_mean_loss(
     if clip == "token":
         r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high)
     summed = r.sum(-1)  # padding holds 0
-    s = summed / p.lengths.clamp_min(1) if normalise else summed.clamp(-bound, bound)
-    if clip == "sequence":
-        s, seq_low, seq_high = one_sided_clip(s, positive & p.rows, negative & p.rows, eps_low, eps_high)
+    if clip == "sequence":  # the authors' seqclip: clip the sum, then divide by |o_i|
+        summed, seq_low, seq_high = one_sided_clip(summed, positive & p.rows, negative & p.rows, eps_low, eps_high)
         clipped_low, clipped_high = seq_low[:, None] & mask, seq_high[:, None] & mask
+    if normalise:
+        s = summed / p.lengths.clamp_min(1)
+    else:
+        guard = product_guard(inputs.log_probs.dtype)
+        s = summed.clamp(-guard, guard)
 
     pg = -p.advantages * torch.exp(s)
     return finish_sequence_loss(
@@ -102,7 +131,9 @@ def geometric_mean_loss(
         clipped_high=clipped_high,
         kl_beta=kl_beta,
         kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
         loss_name=loss_name,
+        is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -117,12 +148,13 @@ def gmpo_noclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOut
 
 
 def gmpo_seqclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
-    """GMPO with the one-sided clip on s_i = mean_t r_t instead of each token."""
+    """GMPO ablation as the authors run it: s_i = clip(sum_t r_t) / |o_i|, the one-sided clip
+    on the sum of the log ratios instead of each token (module docstring)."""
     return geometric_mean_loss(inputs, batch, clip="sequence", normalise=True, loss_name="gmpo_seqclip", **hparams)
 
 
 def gmpo_nonorm_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
-    """GMPO without 1/|o_i|: w_i = exp(clamp(sum_t l_t, -R, R))."""
+    """GMPO without 1/|o_i|: w_i = exp(clamp(sum_t l_t, -P, P)), P the dtype's product guard."""
     return geometric_mean_loss(inputs, batch, clip="token", normalise=False, loss_name="gmpo_nonorm", **hparams)
 
 
@@ -130,7 +162,7 @@ GMPO = LossSpec(
     name="gmpo",
     fn=gmpo_loss,
     description="GMPO: per-token log-space clip, geometric mean of ratios per sequence",
-    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT},
+    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
 )
@@ -138,22 +170,22 @@ GMPO_NOCLIP = LossSpec(
     name="gmpo_noclip",
     fn=gmpo_noclip_loss,
     description="GMPO ablation: no clipping",
-    defaults={**_KL_DEFAULTS, **_GUARD_DEFAULT},
+    defaults={**_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
 )
 GMPO_SEQCLIP = LossSpec(
     name="gmpo_seqclip",
     fn=gmpo_seqclip_loss,
-    description="GMPO ablation: clip the sequence-level geometric mean instead of tokens",
-    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT},
+    description="GMPO ablation (authors' code): one-sided clip of the sum of log ratios, then 1/|o|",
+    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
 )
 GMPO_NONORM = LossSpec(
     name="gmpo_nonorm",
     fn=gmpo_nonorm_loss,
-    description="GMPO ablation: product of clipped ratios, no 1/|o| normalisation",
-    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT},
+    description="GMPO ablation: product of clipped ratios, no 1/|o|; saturates past |log product| 0.9*ln(dtype max)",
+    defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
 )

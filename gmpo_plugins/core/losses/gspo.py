@@ -11,15 +11,23 @@ Defaults eps_low = 3e-4, eps_high = 4e-4 (the GSPO paper's). The micro-batch los
 ``sum_i L_i / N * dp_size``. Where unclipped, each valid token gets gradient
 ``-A_i * s_i * rho_i / |o_i|``. Unlike GMPO the clip is on the whole sequence: one token
 outside the band does not stop the others.
+
+Rollout IS weights (``rollout_is_aggregation``, ``prepared.IS_AGGREGATIONS``): default
+``per_token``: the value is L_i * mean_t w_t and token t's gradient is scaled by its own
+w_t (``-A_i * s_i * w_t / |o_i|`` where unclipped), as verl's and TRL's GSPO multiply each
+token's copy of the sequence surrogate by that token's weight. The IS weight then corrects
+each token's own sampling mismatch, which is what a token-level IS weight measures.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
 from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
@@ -33,6 +41,8 @@ def gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    rollout_is_aggregation: str,
+    kl_clamp: Optional[float] = None,
     impl: str = "auto",
 ) -> LossOutput:
     """Sequence-level clipped ratio (module docstring).
@@ -50,10 +60,13 @@ def gspo_loss(
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             log_ratio_bound=log_ratio_bound,
+            rollout_is_aggregation=rollout_is_aggregation,
+            kl_clamp=kl_clamp,
             impl=impl,
         )
     p = prepare(inputs, sequence_level=True)
     r = p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound)
+    r = per_token_is_gradient(r, p.rollout_is_weights, p.mask, rollout_is_aggregation)
     ratio = torch.exp(r.sum(-1) / p.lengths.clamp_min(1))
     advantages = p.advantages
     pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
@@ -67,7 +80,9 @@ def gspo_loss(
         clipped_high=high[:, None] & p.mask,
         kl_beta=kl_beta,
         kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
         loss_name="gspo",
+        is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -80,7 +95,9 @@ GSPO = LossSpec(
         "eps_high": 4e-4,
         "kl_beta": 0.0,
         "kl_estimator": "k3",
+        "kl_clamp": None,
         "log_ratio_bound": LOG_RATIO_GUARD,
+        "rollout_is_aggregation": "per_token",
     },
     sequence_level=True,
     clip_space="ratio",

@@ -10,8 +10,16 @@ Per valid token t of sequence i, with advantage A_t (a (B,) advantage is broadca
 
 then reduced over the micro-batch by ``reduction`` (see ``reduce.reduce_tokens``):
 ``seq-mean-token-mean`` (GRPO), ``token-mean`` (DAPO), ``seq-mean-token-sum-norm``
-(Dr.GRPO, divides each sequence's sum by the constant ``norm_length``, default T).
+(Dr.GRPO, divides each sequence's sum by the constant ``norm_length``).
 Rollout IS weights multiply the policy-gradient part per token.
+
+Dr.GRPO's constant is part of the method: ``norm_length`` defaults to
+``DR_GRPO_NORM_LENGTH`` = 1024, never to the padded width of the micro-batch, which would
+change with every split and padding (the gradient of a batch would then depend on how it
+is cut into micro-batches). Set it to the maximum completion length, as the Dr.GRPO and
+GMPO code do (Oat's ``generate_max_length``); the adapters pass TRL's
+``max_completion_length`` and verl's ``loss_scale_factor``. Another constant only rescales
+the loss (and so the learning rate).
 """
 
 from __future__ import annotations
@@ -37,10 +45,11 @@ def clipped_ratio_loss(
     eps_high: float,
     dual_clip: Optional[float],
     reduction: str,
-    norm_length: Optional[int],
+    norm_length: int,
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
+    kl_clamp: Optional[float] = None,
     loss_name: str = "grpo",
     impl: str = "auto",
 ) -> LossOutput:
@@ -65,6 +74,7 @@ def clipped_ratio_loss(
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             log_ratio_bound=log_ratio_bound,
+            kl_clamp=kl_clamp,
             loss_name=loss_name,
         )
     p = prepare(inputs, sequence_level=False)
@@ -92,6 +102,7 @@ def clipped_ratio_loss(
         clipped_high=clipped_high,
         kl_beta=kl_beta,
         kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
         loss_name=loss_name,
     )
     if dual_frac is not None:
@@ -114,15 +125,20 @@ def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
     return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
 
 
+DR_GRPO_NORM_LENGTH = 1024
+"""Default constant length of ``seq-mean-token-sum-norm`` (module docstring)."""
+
+
 def _defaults(reduction: str, eps_high: float) -> dict:
     return {
         "eps_low": 0.2,
         "eps_high": eps_high,
         "dual_clip": None,
         "reduction": reduction,
-        "norm_length": None,
+        "norm_length": DR_GRPO_NORM_LENGTH,
         "kl_beta": 0.0,
         "kl_estimator": "k3",
+        "kl_clamp": None,
         "log_ratio_bound": LOG_RATIO_GUARD,
     }
 
