@@ -16,7 +16,7 @@ from gmpo_plugins.core.registry import (
     get_loss,
     list_losses,
 )
-from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.spec import LossResultError, LossSpec, NoGradientWarning
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 __version__ = "0.1.0"
@@ -26,7 +26,9 @@ __all__ = [
     "LossInputs",
     "LossNameCollisionError",
     "LossOutput",
+    "LossResultError",
     "LossSpec",
+    "NoGradientWarning",
     "PluginLoadWarning",
     "UnknownLossError",
     "get_loss",

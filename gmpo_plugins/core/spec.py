@@ -9,14 +9,54 @@ requires of its inputs.
 from __future__ import annotations
 
 import difflib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Optional
+
+import torch
 
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
 
 LossFn = Callable[..., LossOutput]
+_warned_no_grad: set[str] = set()
+
+
+class LossResultError(TypeError):
+    """A loss function returned something other than the ``LossOutput`` contract."""
+
+
+class NoGradientWarning(UserWarning):
+    """A loss was called, with autograd on, on log_probs that do not require grad."""
+
+
+def check_result(spec: "LossSpec", out: object, wants_grad: bool) -> LossOutput:
+    """``out`` if it keeps the contract, else LossResultError naming the loss and its provider.
+
+    The contract, checked without reading a tensor (no device synchronisation): a
+    ``LossOutput`` whose ``loss`` is a 0-dim floating-point tensor that requires grad when
+    ``wants_grad`` (the inputs required grad with autograd on), and whose ``metrics`` is a
+    dict of str to tensors. A NaN loss cannot be seen without a synchronisation; parity and
+    the adapters' first checked call report it.
+    """
+    where = f"loss {spec.name!r} (from distribution {spec.provider or '<unregistered>'!r})"
+    if not isinstance(out, LossOutput):
+        raise LossResultError(f"{where} returned {type(out).__name__}, expected gmpo_plugins.LossOutput")
+    loss = out.loss
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.dtype.is_floating_point:
+        got = f"shape {tuple(loss.shape)} {loss.dtype}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise LossResultError(f"{where} returned a loss of {got}, expected a 0-dim floating-point tensor")
+    if wants_grad and not loss.requires_grad:
+        raise LossResultError(
+            f"{where} returned a loss that does not require grad although log_probs does "
+            "(it is not connected to the autograd graph)"
+        )
+    if not isinstance(out.metrics, dict) or not all(
+        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in out.metrics.items()
+    ):
+        raise LossResultError(f"{where} returned metrics that are not a dict of str to tensors")
+    return out
 
 
 @dataclass(frozen=True)
@@ -71,11 +111,23 @@ class LossSpec:
 
         Hyper-parameters and the structure of the inputs (types, dtypes, shapes, devices)
         are always checked; no tensor is read for that. validate=True also checks values
-        (finite, 0/1 mask, one advantage per sequence), which synchronises with the device;
-        with validate=False the call never synchronises.
+        (finite, 0/1 mask, one advantage per sequence, counts of ``batch``), which
+        synchronises with the device; with validate=False the call never synchronises.
+        The result is checked too (``check_result``: raises LossResultError naming the loss
+        and its provider). With autograd on and log_probs not requiring grad, a
+        NoGradientWarning is given once per loss (the loss then trains nothing).
         """
         params = self.resolve(hparams)
         batch = BatchInfo() if batch is None else batch
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
-        validate_batch_info(batch, values=validate)
-        return self.fn(inputs, batch, **params)
+        validate_batch_info(batch, values=validate, mask=inputs.mask)
+        wants_grad = torch.is_grad_enabled() and inputs.log_probs.requires_grad
+        if torch.is_grad_enabled() and not wants_grad and self.name not in _warned_no_grad:
+            _warned_no_grad.add(self.name)
+            warnings.warn(
+                f"gmpo_plugins: loss {self.name!r} called on log_probs that do not require grad: the loss "
+                "has no gradient (pass log-probs computed with autograd, or call it under torch.no_grad())",
+                NoGradientWarning,
+                stacklevel=2,
+            )
+        return check_result(self, self.fn(inputs, batch, **params), wants_grad)

@@ -16,6 +16,7 @@ whether to check values, which follows ``GMPO_PLUGINS_VALIDATE``:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -72,6 +73,8 @@ def _require_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor) -> None
 def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = True) -> None:
     """Raise TypeError/ValueError naming the first bad argument of ``inputs``; the checks
     that read tensor values (and synchronise) only when ``values`` is True."""
+    if not isinstance(inputs, LossInputs):
+        raise TypeError(f"inputs: expected gmpo_plugins.LossInputs, got {type(inputs).__name__}")
     log_probs = _require_tensor("log_probs", inputs.log_probs)
     _require_float("log_probs", log_probs)
     if log_probs.dim() != 2:
@@ -141,9 +144,19 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             )
 
 
-def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
-    """Raise ValueError/TypeError naming the bad field of ``batch``; tensor counts are
-    only read when ``values`` is True."""
+def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: Optional[torch.Tensor] = None) -> None:
+    """Raise ValueError/TypeError naming the bad field of ``batch``.
+
+    Without reading a tensor: ``dp_size`` an int >= 1; a count given as a Python number
+    finite and > 0, ``global_batch_size`` a whole number; a tensor count one element, not
+    bool. With ``values`` (which synchronises): tensor counts finite and > 0, and, given the
+    micro-batch's ``mask``, ``global_batch_size`` >= its sequences with a valid token and
+    ``global_num_tokens`` >= its valid tokens when they are Python numbers (a global count is
+    over every micro-batch and rank; adapters that pass per-accumulation-step averages as
+    tensors are not held to this). ``global_num_tokens`` may be fractional (such averages).
+    A missing count with ``dp_size > 1`` is refused by the reduction that needs it
+    (``reduce.require_global_count``).
+    """
     if not isinstance(batch, BatchInfo):
         raise TypeError(f"batch: expected gmpo_plugins.BatchInfo, got {type(batch).__name__}")
     if isinstance(batch.dp_size, bool) or not isinstance(batch.dp_size, int) or batch.dp_size < 1:
@@ -153,7 +166,25 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
         if value is None:
             continue
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1 or (values and not bool(value > 0)):
-                raise ValueError(f"batch.{name}: expected a positive scalar, got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"batch.{name}: expected a positive number or None, got {value!r}")
+            if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
+                raise ValueError(f"batch.{name}: expected a one-element real tensor, got {value!r}")
+            if values and not bool(torch.isfinite(value).all() & (value > 0).all()):
+                raise ValueError(f"batch.{name}: expected a finite count > 0, got {value!r}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"batch.{name}: expected a finite number > 0 or None, got {value!r}")
+        if name == "global_batch_size" and not float(value).is_integer():
+            raise ValueError(f"batch.{name}: expected a whole number of sequences, got {value!r}")
+    if not values or mask is None:
+        return
+    valid = mask if mask.dtype == torch.bool else mask != 0
+    local = {"global_batch_size": ("sequences with a valid token", valid.any(-1)), "global_num_tokens": ("valid tokens", valid)}
+    for name, (what, counted) in local.items():
+        value = getattr(batch, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            count = int(counted.sum())
+            if value < count:
+                raise ValueError(
+                    f"batch.{name}={value!r} is smaller than this micro-batch's {count} {what}: the global "
+                    "count is over every micro-batch and data-parallel rank of the optimizer step"
+                )

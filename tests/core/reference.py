@@ -12,6 +12,7 @@ import math
 import torch
 
 GUARD = 20.0
+PRODUCT_GUARD_64 = 0.9 * math.log(torch.finfo(torch.float64).max)  # gmpo_nonorm's guard in float64
 
 
 def _rows(log_probs, old, adv, mask):
@@ -38,12 +39,12 @@ def gmpo_reference(log_probs, old, adv, mask, *, eps_low=0.4, eps_high=0.4, clip
                     r = torch.maximum(r, r.new_tensor(-eps_low))
             terms.append(r)
         s = sum(terms)
-        s = s / len(idx) if normalise else s.clamp(-GUARD, GUARD)
-        if clip == "sequence":
+        if clip == "sequence":  # the authors' gmpo_seqclip: clip the sum, then divide
             if a > 0:
                 s = torch.minimum(s, s.new_tensor(eps_high))
             elif a < 0:
                 s = torch.maximum(s, s.new_tensor(-eps_low))
+        s = s / len(idx) if normalise else s.clamp(-PRODUCT_GUARD_64, PRODUCT_GUARD_64)
         loss_i = -a * torch.exp(s)
         if ref is not None:
             k = [torch.exp(ref[i, t] - log_probs[i, t]) - (ref[i, t] - log_probs[i, t]) - 1 for t in idx]
@@ -84,7 +85,7 @@ def grpo_reference(log_probs, old, adv, mask, *, reduction, n, dp=1, norm_length
     if reduction == "token-mean":
         return sum(per_token.values(), log_probs.new_zeros(())) / n * dp
     total = log_probs.new_zeros(())
-    length = norm_length or log_probs.shape[1]
+    length = norm_length or 1024  # DR_GRPO_NORM_LENGTH
     for i in range(log_probs.shape[0]):
         row = [v for (j, _), v in per_token.items() if j == i]
         if not row:

@@ -78,18 +78,131 @@ def test_gmpo_asymmetric_eps_and_batch_normalisation():
     assert log_probs.grad[1, 0].item() == 0.0
 
 
-def test_gmpo_seqclip_and_nonorm():
-    # r = [0.6, 0.4, -0.2], A = 1. seqclip: mean 0.2667 < 0.4, unclipped, w = e^(0.8/3).
+def test_gmpo_seqclip_clips_the_sum_as_the_authors_code():
+    # r = [0.6, 0.4, -0.2], A = 1, eps 0.4. The authors' gmpo_seqclip clips the SUM:
+    # S = 0.8 > 0.4 -> 0.4, then / |o| = 3: w = e^(0.4/3) = 1.1426, loss -1.1426, and the
+    # clipped sequence has zero gradient. (Clipping the mean instead, 0.2667 < 0.4, gave
+    # -e^(0.8/3) = -1.3056 and -1.3056/3 = -0.4352 per token.)
     inputs = one_sequence([0.6, 0.4, -0.2], 1.0)
-    assert get_loss("gmpo_seqclip")(inputs).loss.item() == pytest.approx(-math.exp(0.8 / 3), rel=1e-12)
-    # eps_high 0.1: the sequence mean is clipped, all tokens lose their gradient
-    out = get_loss("gmpo_seqclip")(inputs, eps_high=0.1)
+    out = get_loss("gmpo_seqclip")(inputs)
     out.loss.backward()
-    assert out.loss.item() == pytest.approx(-math.exp(0.1), rel=1e-12)
+    assert out.loss.item() == pytest.approx(-math.exp(0.4 / 3), rel=1e-12)
+    assert out.loss.item() == pytest.approx(-1.1426, abs=1e-4)
     assert torch.count_nonzero(inputs.log_probs.grad) == 0
     assert out.metrics["clip_frac_high"].item() == 1.0
-    # nonorm: token clip then the sum: l = [0.4, 0.4, -0.2] -> w = e^0.6
-    assert get_loss("gmpo_nonorm")(inputs).loss.item() == pytest.approx(-math.exp(0.6), rel=1e-12)
+    # A = -1: the low side. S = 0.8 > -0.4, unclipped: w = e^(0.8/3), loss +1.3056, each token
+    # gets +1.3056/3 = 0.4352
+    inputs = one_sequence([0.6, 0.4, -0.2], -1.0)
+    out = get_loss("gmpo_seqclip")(inputs)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(math.exp(0.8 / 3), rel=1e-12)
+    assert torch.allclose(inputs.log_probs.grad, torch.full((1, 3), math.exp(0.8 / 3) / 3, dtype=torch.float64))
+    # r = [0.1, 0.1, 0.1], A = 1: S = 0.3 < 0.4, unclipped: w = e^0.1, gradient -e^0.1/3 = -0.3684
+    inputs = one_sequence([0.1, 0.1, 0.1], 1.0)
+    out = get_loss("gmpo_seqclip")(inputs)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-math.exp(0.1), rel=1e-12)
+    assert torch.allclose(inputs.log_probs.grad, torch.full((1, 3), -math.exp(0.1) / 3, dtype=torch.float64))
+
+
+def test_gmpo_nonorm_is_the_authors_gmpo_without_norm():
+    # r = [0.6, 0.4, -0.2], A = 1: token clip [0.4, 0.4, -0.2], exp of the sum: w = e^0.6 = 1.8221;
+    # the first token is clipped (no gradient), the others get -e^0.6 = -1.8221
+    inputs = one_sequence([0.6, 0.4, -0.2], 1.0)
+    out = get_loss("gmpo_nonorm")(inputs)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-math.exp(0.6), rel=1e-12)
+    expected = torch.tensor([[0.0, -math.exp(0.6), -math.exp(0.6)]], dtype=torch.float64)
+    assert torch.allclose(inputs.log_probs.grad, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gmpo_nonorm_guard_follows_the_dtype(dtype):
+    # 60 tokens at r = 0.35 (inside the 0.4 band), A = 1: sum 21, w = e^21 = 1.3188e9 and every
+    # token gets -e^21, as in the authors' code (a fixed guard of 20 gave w = e^20 and no gradient).
+    inputs = one_sequence([0.35] * 60, 1.0, dtype=dtype)
+    out = get_loss("gmpo_nonorm")(inputs)
+    out.loss.backward()
+    total = float(torch.tensor([0.35] * 60, dtype=dtype).double().sum())  # 21 up to rounding in dtype
+    assert out.loss.item() == pytest.approx(-math.exp(total), rel=1e-5)
+    assert float(inputs.log_probs.grad.double().min()) == pytest.approx(-math.exp(total), rel=1e-2)
+    assert bool((inputs.log_probs.grad != 0).all())
+    # 300 tokens at 0.35: sum 105 > P = 0.9 ln(3.4e38) = 79.85: saturated at e^P, finite, no gradient
+    inputs = one_sequence([0.35] * 300, 1.0, dtype=dtype)
+    out = get_loss("gmpo_nonorm")(inputs)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-math.exp(0.9 * math.log(torch.finfo(dtype).max)), rel=1e-5)
+    assert torch.count_nonzero(inputs.log_probs.grad) == 0
+
+
+def test_gmpo_nonorm_guard_in_float16():
+    # float16 gradients overflow past 65504: P = 0.9 ln 65504 = 9.98; 30 tokens at 0.35 (sum 10.5)
+    # saturate at e^9.98 = 21600 with zero gradient instead of an inf gradient
+    inputs = one_sequence([0.35] * 30, 1.0, dtype=torch.float16)
+    out = get_loss("gmpo_nonorm")(inputs)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-math.exp(0.9 * math.log(65504.0)), rel=1e-5)
+    assert bool(torch.isfinite(inputs.log_probs.grad).all())
+
+
+def with_is_weights(inputs: LossInputs, weights) -> LossInputs:
+    return LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask,
+                      rollout_is_weights=torch.tensor([weights], dtype=inputs.log_probs.dtype))
+
+
+@pytest.mark.parametrize(
+    "name, aggregation, loss, grad",
+    [
+        # one sequence, r = [0, 0], A = 1, w = [0.5, 1.5]: the sequence weight is 1
+        # arithmetic mean (0.5 + 1.5) / 2 = 1: loss -1, each token -1 / 2 = -0.5
+        ("gmpo", "arithmetic_mean", -1.0, [-0.5, -0.5]),
+        # geometric mean sqrt(0.75) = 0.8660 (verl geo_mean): loss -0.8660, each token -0.4330
+        ("gmpo", "geometric_mean", -math.sqrt(0.75), [-math.sqrt(0.75) / 2] * 2),
+        # per token (verl/TRL gspo): value -1 * mean(w) = -1, token t gets -w_t / 2: [-0.25, -0.75]
+        ("gspo", "per_token", -1.0, [-0.25, -0.75]),
+        ("gmpo", "per_token", -1.0, [-0.25, -0.75]),
+        ("gspo", "arithmetic_mean", -1.0, [-0.5, -0.5]),
+    ],
+)
+@pytest.mark.parametrize("impl", ["eager", "torch"])
+def test_rollout_is_aggregation(name, aggregation, loss, grad, impl):
+    inputs = with_is_weights(one_sequence([0.0, 0.0], 1.0), [0.5, 1.5])
+    spec = get_loss(name)
+    out = spec.fn(inputs, BatchInfo(), impl=impl, **spec.resolve({"rollout_is_aggregation": aggregation}))
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(loss, rel=1e-12)
+    assert torch.allclose(inputs.log_probs.grad, torch.tensor([grad], dtype=torch.float64), rtol=1e-12)
+
+
+def test_rollout_is_aggregation_defaults():
+    # gmpo family: the geometric mean (verl geo_mean); gspo: per token (verl and TRL gspo)
+    assert get_loss("gmpo").defaults["rollout_is_aggregation"] == "geometric_mean"
+    assert get_loss("gmpo_seqclip").defaults["rollout_is_aggregation"] == "geometric_mean"
+    assert get_loss("gspo").defaults["rollout_is_aggregation"] == "per_token"
+    with pytest.raises(ValueError, match="rollout_is_aggregation must be one of"):
+        get_loss("gmpo")(one_sequence([0.0], 1.0), rollout_is_aggregation="harmonic")
+
+
+def test_kl_clamp_reproduces_verl_low_var_kl():
+    # ref - new = d = 3 on one token: k3 = e^3 - 3 - 1 = 16.0855; verl clamps it to 10 (and the
+    # clamped token gets no KL gradient); without kl_clamp the value stays 16.0855
+    r = torch.zeros(1, 2, dtype=torch.float64)
+    log_probs = torch.zeros_like(r, requires_grad=True)
+    ref = torch.tensor([[3.0, 0.5]], dtype=torch.float64)
+    inputs = LossInputs(log_probs, r, torch.zeros(1, dtype=torch.float64), torch.ones_like(r, dtype=torch.bool),
+                        ref_log_probs=ref)
+    k3_half = math.exp(0.5) - 0.5 - 1  # 0.148721
+    free = get_loss("gmpo")(inputs, kl_beta=1.0)
+    assert free.metrics["kl"].item() == pytest.approx((math.exp(3) - 4 + k3_half) / 2, rel=1e-12)  # 8.1171
+    clamped = get_loss("gmpo")(inputs, kl_beta=1.0, kl_clamp=10.0)
+    assert clamped.metrics["kl"].item() == pytest.approx((10 + k3_half) / 2, rel=1e-12)  # 5.0744
+    clamped.loss.backward()
+    # d k3 / d new = 1 - e^d: 0 for the clamped token, (1 - e^0.5) / 2 = -0.3244 for the other
+    assert log_probs.grad[0, 0].item() == 0.0
+    assert log_probs.grad[0, 1].item() == pytest.approx((1 - math.exp(0.5)) / 2, rel=1e-12)
+    for name in ("grpo", "gspo"):
+        out = get_loss(name)(inputs, kl_beta=1.0, kl_clamp=10.0)
+        assert out.metrics["kl"].item() == pytest.approx((10 + k3_half) / 2, rel=1e-12)
 
 
 # Two sequences for the ratio-space losses: seq 0 ratios [1.5, 1.0], A = 1; seq 1 ratio [0.5], A = -1.
@@ -106,7 +219,7 @@ def grpo_inputs():
     [
         ("token-mean", {}, (-1.2 - 1.0 + 0.8) / 3),  # -0.466667
         ("seq-mean-token-mean", {}, (-2.2 / 2 + 0.8) / 2),  # -0.15
-        ("seq-mean-token-sum-norm", {}, (-2.2 / 2 + 0.8 / 2) / 2),  # -0.35, L = T = 2
+        ("seq-mean-token-sum-norm", {}, (-2.2 / 1024 + 0.8 / 1024) / 2),  # -6.836e-4, L = 1024 (default)
         ("seq-mean-token-sum-norm", {"norm_length": 4}, (-2.2 / 4 + 0.8 / 4) / 2),  # -0.175
     ],
 )
@@ -131,7 +244,7 @@ def test_grpo_gradient_and_global_token_normalisation():
 def test_named_variants_differ_only_in_defaults():
     inputs = grpo_inputs()
     assert get_loss("dapo")(inputs).loss.item() == pytest.approx((-1.28 - 1.0 + 0.8) / 3, rel=1e-12)
-    assert get_loss("dr_grpo")(inputs).loss.item() == pytest.approx(-0.35, rel=1e-12)
+    assert get_loss("dr_grpo")(inputs).loss.item() == pytest.approx(-1.4 / 2 / 1024, rel=1e-12)
 
 
 def test_dual_clip_caps_negative_advantage_loss():
@@ -174,8 +287,8 @@ def test_kl_term_added_per_sequence(estimator, value):
 
 def test_rollout_is_weights_scale_the_policy_term():
     inputs = one_sequence([0.0, 0.0], 1.0)
-    inputs.rollout_is_weights = torch.tensor([[0.5, 1.5]], dtype=torch.float64)  # sequence weight: mean 1.0
-    assert get_loss("gmpo")(inputs).loss.item() == pytest.approx(-1.0)
+    inputs.rollout_is_weights = torch.tensor([[0.5, 1.5]], dtype=torch.float64)  # geometric mean sqrt(0.75)
+    assert get_loss("gmpo")(inputs).loss.item() == pytest.approx(-math.sqrt(0.75))
     inputs.rollout_is_weights = torch.tensor([0.25], dtype=torch.float64)
     assert get_loss("gmpo")(inputs).loss.item() == pytest.approx(-0.25)
     token = grpo_inputs()
@@ -199,3 +312,52 @@ def test_empty_rows_contribute_nothing_and_are_not_counted():
         out.loss.backward()
         assert torch.all(padded.log_probs.grad[1] == 0)
         padded.log_probs.grad = None
+
+
+def test_dr_grpo_does_not_depend_on_the_split():
+    # Two sequences of lengths 4 and 1 padded to T = 4, ratios 1, A = [1, -1]: per-token
+    # losses -1 (x4) and +1. Dr.GRPO with L = 8: (-4 / 8 + 1 / 8) / 2 = -0.1875, whole or
+    # split into one micro-batch per sequence (the second padded only to T = 1). A default of
+    # the padded width gave (-4/4 + 1/4) / 2 = -0.375 whole against (-4/4 + 1/1) / 2 = 0 split.
+    log_probs = torch.zeros(2, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True] * 4, [True, False, False, False]])
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    info = BatchInfo(global_batch_size=2)
+    whole = get_loss("dr_grpo")(LossInputs(log_probs, log_probs.detach(), adv, mask), info, norm_length=8).loss
+    first = get_loss("dr_grpo")(LossInputs(log_probs[:1], log_probs[:1].detach(), adv[:1], mask[:1]), info,
+                                norm_length=8).loss
+    second = get_loss("dr_grpo")(LossInputs(log_probs[1:, :1], log_probs[1:, :1].detach(), adv[1:], mask[1:, :1]),
+                                 info, norm_length=8).loss
+    assert whole.item() == pytest.approx(-0.1875, rel=1e-12)
+    assert (first + second).item() == pytest.approx(-0.1875, rel=1e-12)
+    (g_whole,) = torch.autograd.grad(whole, log_probs)
+    (g_split,) = torch.autograd.grad(first + second, log_probs)
+    assert torch.equal(g_whole, g_split)
+
+
+@pytest.mark.parametrize("name, field", [("gmpo", "global_batch_size"), ("grpo", "global_batch_size"),
+                                         ("dapo", "global_num_tokens"), ("gspo", "global_batch_size")])
+def test_data_parallel_without_global_counts_is_refused(name, field):
+    inputs = one_sequence([0.1, 0.2], 1.0)
+    with pytest.raises(ValueError, match=f"batch.{field} is required when batch.dp_size > 1"):
+        get_loss(name)(inputs, BatchInfo(dp_size=2), validate=False)
+
+
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        # 4 local sequences but a global count of 2 would double the loss
+        (BatchInfo(global_batch_size=2), "smaller than this micro-batch's 4 sequences"),
+        (BatchInfo(global_num_tokens=3), "smaller than this micro-batch's 8 valid tokens"),
+        # inf would give a zero loss and gradient
+        (BatchInfo(global_batch_size=float("inf")), "finite number > 0"),
+        (BatchInfo(global_batch_size=torch.tensor(float("inf"))), "finite count > 0"),
+        (BatchInfo(global_batch_size=4.5), "whole number"),
+    ],
+)
+def test_global_counts_are_checked(info, message):
+    log_probs = torch.zeros(4, 2, dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(log_probs, log_probs.detach(), torch.ones(4, dtype=torch.float64),
+                        torch.ones(4, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=message):
+        get_loss("gmpo")(inputs, info)

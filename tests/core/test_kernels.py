@@ -81,7 +81,7 @@ def cases(draw, max_batch: int = 6, max_length: int = 40, dtypes=(torch.float32,
                                                          global_num_tokens=5 * batch_size * length)]))
     hparams["reduction"] = draw(st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
     hparams["dual_clip"] = draw(st.sampled_from([None, 3.0]))
-    hparams["norm_length"] = draw(st.sampled_from([None, 7]))
+    hparams["norm_length"] = draw(st.sampled_from([1024, 7]))
     inputs = LossInputs(
         log_probs=(old + log_ratio).to(dtype),
         old_log_probs=old.to(dtype),

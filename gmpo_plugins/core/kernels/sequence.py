@@ -158,7 +158,7 @@ def fused_geometric_mean_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    rollout_is_aggregation: str,
+    rollout_is_aggregation: str = "geometric_mean",
     kl_clamp: Optional[float] = None,
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
@@ -211,7 +211,7 @@ def fused_gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    rollout_is_aggregation: str,
+    rollout_is_aggregation: str = "per_token",
     kl_clamp: Optional[float] = None,
     impl: str = "auto",
 ) -> LossOutput:

@@ -71,7 +71,7 @@ def geometric_mean_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    rollout_is_aggregation: str,
+    rollout_is_aggregation: str = "geometric_mean",
     kl_clamp: Optional[float] = None,
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,

@@ -41,7 +41,7 @@ def gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    rollout_is_aggregation: str,
+    rollout_is_aggregation: str = "per_token",
     kl_clamp: Optional[float] = None,
     impl: str = "auto",
 ) -> LossOutput:
