@@ -10,6 +10,8 @@ Result (JSON-serialisable dict):
     scaling   per (loss, variant, dtype): ns/token at each shape and max/min across them
     targets   the issue's targets for gmpo at the largest shape, with measured values
     notes     what was skipped and how memory was measured
+    failed    {loss: error} for losses whose call raised (a broken plugin): measured no
+              further, the other losses are
 """
 
 from __future__ import annotations
@@ -175,6 +177,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
     ]
     rows: list[dict] = []
+    failed: dict[str, str] = {}
     verl_note = None
     for dtype_name in config.dtypes:
         dtype = DTYPES[dtype_name]
@@ -199,7 +202,14 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             _ratios(prealloc_row, floor_row, None)
             group = [floor_row, prealloc_row]
             for spec in specs:
-                fused_row = measure_one(spec.name, "fused", variants.fused(spec, case), grad_bytes)
+                if spec.name in failed:
+                    continue
+                try:
+                    fused_row = measure_one(spec.name, "fused", variants.fused(spec, case), grad_bytes)
+                except Exception as exc:  # noqa: BLE001 - a broken (plugin) loss must not stop the others
+                    failed[spec.name] = f"{type(exc).__name__}: {exc}"
+                    progress(f"{label} {spec.name} failed: {failed[spec.name]}")
+                    continue
                 loss_rows = [fused_row]
                 eager_row = None
                 if variants.has_eager(spec):
@@ -220,7 +230,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             case = clear_grad = None  # free the inputs before building the next case
     if verl_note:
         notes.append(verl_note)
+    notes.extend(f"loss {name} failed and was skipped: {why}" for name, why in failed.items())
     return {
+        "failed": failed,
         "machine": _machine(device),
         "config": asdict(config),
         "rows": rows,

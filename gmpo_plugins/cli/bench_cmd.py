@@ -6,7 +6,9 @@
 
 Each loss runs fused (the registry path) and, where it has one, eager (the oracle),
 next to verl's built-in geo_mean (when verl is importable) and the floor; see
-``gmpo_plugins.bench``. Bad values: one line on stderr, exit status 2.
+``gmpo_plugins.bench``. Bad values (an unwritable --json path included, checked before the
+benchmark runs): one line on stderr, exit status 2. A loss whose call raises (a broken
+plugin) is reported as failed, the others are measured, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ def _positive_int(name: str, text: str, usage_error) -> int:
     if not re.fullmatch(r"\s*\d+\s*", str(text)) or int(text) < 1:
         raise usage_error(f"{name} must be a positive integer, got {text!r}")
     return int(text)
+
+
+def _check_writable(path: str, usage_error) -> None:
+    """UsageError unless ``path`` can be written, checked before the benchmark runs."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise usage_error(f"--json: directory {parent!r} does not exist")
+    if os.path.isdir(path):
+        raise usage_error(f"--json: {path!r} is a directory, expected a file path")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise usage_error(f"--json: {path!r} is not writable")
+    if not os.path.exists(path) and not os.access(parent, os.W_OK | os.X_OK):
+        raise usage_error(f"--json: directory {parent!r} is not writable")
 
 
 def parse_config(args: argparse.Namespace):
@@ -79,9 +94,7 @@ def parse_config(args: argparse.Namespace):
     if args.threads is not None:
         torch.set_num_threads(_positive_int("--threads", args.threads, UsageError))
     if args.json is not None:
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(parent):
-            raise UsageError(f"--json: directory {parent!r} does not exist")
+        _check_writable(args.json, UsageError)
     return BenchConfig(losses=losses, shapes=shapes, dtypes=dtypes, device=args.device, repeats=repeats)
 
 
@@ -98,4 +111,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
-    return 0
+    for name, why in result["failed"].items():
+        print(f"gmpo-plugins bench: loss {name} failed: {why}", file=sys.stderr)
+    return 1 if result["failed"] else 0

@@ -21,16 +21,26 @@ from pathlib import Path
 from gmpo_plugins.cli.main import UsageError
 
 DEFAULT_OUT = "gmpo-report"
+HELP_DESCRIPTION = (
+    "Short RL runs of several losses through several frameworks' loss call paths on identical data, "
+    "with a terminal table and a report folder. Without --model a tiny GPT-2 is built from a config and "
+    "warmed up on the toy task; the initial model is saved to OUT/model-init so that frameworks running "
+    "in other virtualenvs start from exactly the same weights."
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "compare",
         help="run losses side by side through frameworks' loss paths on a toy RL task",
-        description=__doc__.split("\n\n")[0],
+        description=HELP_DESCRIPTION,
     )
     parser.add_argument("--losses", default="gmpo,grpo", help="comma-separated registry losses (default gmpo,grpo)")
-    parser.add_argument("--frameworks", default="core", help="comma-separated frameworks (default core)")
+    from gmpo_plugins.compare.backends import FRAMEWORKS
+
+    parser.add_argument(
+        "--frameworks", default="core", help=f"comma-separated, among {', '.join(FRAMEWORKS)} (default core)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40)")
     parser.add_argument("--model", default=None, help="local Hugging Face model directory (default: built in code)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")

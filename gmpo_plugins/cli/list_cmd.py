@@ -31,7 +31,7 @@ def loss_rows() -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     rows = loss_rows()
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2, default=repr))  # a plugin's default may not be JSON
         return 0
     try:
         from rich.console import Console

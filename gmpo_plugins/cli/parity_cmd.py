@@ -11,7 +11,11 @@ from gmpo_plugins.cli.main import UsageError
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
-        "parity", help="compare every installed adapter and reference loss path with the core", description=__doc__
+        "parity",
+        help="compare every installed adapter and reference loss path with the core",
+        description="Hard fixed batches through every available loss call path, compared with the core. "
+        "Exit status 1 when an adapter of this package, or a loss itself, differs from the core beyond the "
+        "tolerance or fails.",
     )
     parser.add_argument("--losses", default=None, help="comma-separated registry losses (default: all)")
     parser.add_argument("--tol", type=float, default=None, help="tolerance, scaled by max(1, |core|) (default 1e-6)")
@@ -31,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     losses = None
     if args.losses is not None:
         losses = [name.strip() for name in args.losses.split(",") if name.strip()]
+        if not losses:
+            raise UsageError(f"--losses: expected comma-separated loss names, got {args.losses!r}")
         try:
             for name in losses:
                 get_loss(name)

@@ -194,7 +194,11 @@ def compare_target(target: ParityTarget, loss_name: str, cases: list[ParityCase]
                 row.metric_key = metric_key
 
     for case in cases:
-        base = evaluate(core, loss_name, case)
+        try:
+            base = evaluate(core, loss_name, case)
+        except Exception as exc:  # noqa: BLE001 - a broken (plugin) loss fails its rows, not the run
+            row.failures.append(f"core raised on {case.name}: {type(exc).__name__}: {exc}")
+            continue
         try:
             got = evaluate(target.backend, loss_name, case)
             splits = {k: evaluate(target.backend, loss_name, case, k) for k in SPLITS}

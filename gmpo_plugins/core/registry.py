@@ -2,7 +2,9 @@
 
 - Built-in losses are always registered (they are the plugin ``gmpo-plugins:builtin``).
 - Other distributions are discovered through the entry-point group ``gmpo_plugins``
-  unless ``GMPO_PLUGINS_DISABLE_AUTOLOAD`` is set to a non-empty value other than 0.
+  unless ``GMPO_PLUGINS_DISABLE_AUTOLOAD`` is true: ``1``, ``true``, ``yes``, ``on`` (any
+  case) load only the built-ins; unset, empty, ``0``, ``false``, ``no``, ``off`` load every
+  plugin; any other value counts as true, with a warning.
 - A plugin that fails to import, or whose hook raises or returns something other than
   ``LossSpec`` objects, is skipped with a ``PluginLoadWarning``.
 - Two plugins claiming one loss name raise ``LossNameCollisionError`` naming both.
@@ -43,9 +45,23 @@ class PluginLoadWarning(UserWarning):
     """A plugin could not be loaded; the others keep working."""
 
 
+FALSE_SPELLINGS = ("", "0", "false", "no", "off")
+TRUE_SPELLINGS = ("1", "true", "yes", "on")
+
+
 def autoload_enabled() -> bool:
-    """False when GMPO_PLUGINS_DISABLE_AUTOLOAD is set (to anything but '' or '0')."""
-    return os.environ.get(DISABLE_AUTOLOAD_ENV, "") in ("", "0")
+    """False when GMPO_PLUGINS_DISABLE_AUTOLOAD is true (module docstring for the spellings)."""
+    value = os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower()
+    if value in FALSE_SPELLINGS:
+        return True
+    if value not in TRUE_SPELLINGS:
+        warnings.warn(
+            f"gmpo_plugins: {DISABLE_AUTOLOAD_ENV}={os.environ[DISABLE_AUTOLOAD_ENV]!r} is not one of "
+            f"{list(TRUE_SPELLINGS)} or {list(FALSE_SPELLINGS)}; taken as true: only the built-in losses are loaded",
+            PluginLoadWarning,
+            stacklevel=3,
+        )
+    return False
 
 
 class LossRegistry:

@@ -112,7 +112,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
                 f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(tensor.shape)}"
             )
 
-    if not values:
+    if not values or log_probs.numel() == 0:  # an empty micro-batch has no value to check
         return
     mask = inputs.mask
     if mask.dtype != torch.bool:

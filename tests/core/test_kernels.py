@@ -409,3 +409,21 @@ def test_contiguous_float32_is_bit_identical(name):
     eager, grad_eager = run(name, inputs, BatchInfo(), params, "eager")
     fused, grad_fused = run(name, inputs, BatchInfo(), params, "torch")
     assert torch.equal(fused.loss, eager.loss) and torch.equal(grad_fused, grad_eager)
+
+
+@pytest.mark.parametrize("shape", [(0, 7), (4, 0)])
+@pytest.mark.parametrize("impl", ["eager", "torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("name", SEQUENCE_LOSSES + TOKEN_LOSSES)
+def test_empty_micro_batch_every_impl(name, impl, shape):
+    """B = 0 or T = 0: a zero loss on the graph, a zero gradient and zero metrics in every impl."""
+    if impl == "triton" and name in TOKEN_LOSSES:
+        pytest.skip("no Triton kernel for token-level losses")
+    device = TRITON_DEVICE if impl == "triton" else "cpu"
+    log_probs = torch.zeros(shape, device=device, requires_grad=True)
+    inputs = LossInputs(log_probs, torch.zeros(shape, device=device), torch.zeros(shape[0], device=device),
+                        torch.zeros(shape, dtype=torch.bool, device=device))
+    spec = get_loss(name)
+    out = spec.fn(inputs, BatchInfo(), impl=impl, **spec.defaults)
+    (grad,) = torch.autograd.grad(out.loss, log_probs)
+    assert out.loss.item() == 0.0 and grad.shape == shape and not grad.any()
+    assert all(value.item() == 0.0 for value in out.metrics.values())

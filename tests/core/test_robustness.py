@@ -1,8 +1,10 @@
 """For any finite inputs (log ratios up to +-1e4, empty masks, all-zero advantages,
-length-1 sequences, bf16) loss, metrics and gradient are finite."""
+length-1 sequences, bf16, empty micro-batches with B = 0 or T = 0, with and without value
+checks) loss, metrics and gradient are finite."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,8 +17,8 @@ finite = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, allow_infinit
 
 @st.composite
 def micro_batches(draw):
-    batch_size = draw(st.integers(1, 5))
-    length = draw(st.integers(1, 6))
+    batch_size = draw(st.integers(0, 5))
+    length = draw(st.integers(0, 6))
     n = batch_size * length
     log_ratio = torch.tensor(draw(st.lists(finite, min_size=n, max_size=n))).view(batch_size, length)
     old = torch.tensor(draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n)), dtype=torch.float32)
@@ -30,10 +32,10 @@ def micro_batches(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(inputs=micro_batches(), name=st.sampled_from(BUILTIN), dp=st.sampled_from([1, 4]))
-def test_loss_metrics_and_gradient_are_finite(inputs, name, dp):
+@given(inputs=micro_batches(), name=st.sampled_from(BUILTIN), dp=st.sampled_from([1, 4]), validate=st.booleans())
+def test_loss_metrics_and_gradient_are_finite(inputs, name, dp, validate):
     batch = BatchInfo(dp_size=dp, global_batch_size=8 * dp, global_num_tokens=40 * dp)
-    out = get_loss(name)(inputs, batch, kl_beta=0.1)
+    out = get_loss(name)(inputs, batch, kl_beta=0.1, validate=validate)
     out.loss.backward()
     assert torch.isfinite(out.loss)
     assert torch.isfinite(inputs.log_probs.grad).all()
@@ -43,3 +45,20 @@ def test_loss_metrics_and_gradient_are_finite(inputs, name, dp):
     assert torch.all(inputs.log_probs.grad[~inputs.mask] == 0)
     if not inputs.mask.any():
         assert out.loss.item() == 0.0
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0, 0)])
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("name", BUILTIN)
+def test_empty_micro_batch_gives_a_zero_loss_on_the_graph(name, shape, validate):
+    """Frameworks produce empty micro-batches (padding ranks, dynamic batch sizes)."""
+    log_probs = torch.zeros(shape, requires_grad=True)
+    inputs = LossInputs(log_probs, torch.zeros(shape), torch.zeros(shape[0]), torch.zeros(shape, dtype=torch.bool),
+                        ref_log_probs=torch.zeros(shape), rollout_is_weights=torch.ones(shape))
+    out = get_loss(name)(inputs, BatchInfo(dp_size=2, global_batch_size=4, global_num_tokens=9), kl_beta=0.1,
+                         validate=validate)
+    assert out.loss.item() == 0.0 and out.loss.requires_grad
+    (grad,) = torch.autograd.grad(out.loss, log_probs)
+    assert grad.shape == shape and not grad.any()
+    assert set(out.metrics) >= {"policy_loss", "clip_frac", "ppo_kl", "seq_weight_mean", "kl"}
+    assert all(bool(torch.isfinite(value)) and value.item() == 0.0 for value in out.metrics.values())

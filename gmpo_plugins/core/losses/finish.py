@@ -11,7 +11,38 @@ from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.metrics import ratio_metrics
 from gmpo_plugins.core.prepared import PreparedBatch, sequence_is_weights, token_is_weights
 from gmpo_plugins.core.reduce import masked_mean, reduce_sequences, reduce_tokens
-from gmpo_plugins.core.types import BatchInfo, LossOutput
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+
+METRIC_KEYS = (
+    "clip_frac_low",
+    "clip_frac_high",
+    "clip_frac",
+    "ppo_kl",
+    "log_ratio_min",
+    "log_ratio_max",
+    "seq_weight_min",
+    "seq_weight_mean",
+    "seq_weight_max",
+    "policy_loss",
+)
+
+
+def is_empty(inputs: LossInputs) -> bool:
+    """True for a micro-batch without any position (B = 0 or T = 0); a shape test, no sync."""
+    return inputs.log_probs.numel() == 0
+
+
+def empty_loss(inputs: LossInputs, *, kl: bool = False, dual_clip: bool = False) -> LossOutput:
+    """The result for an empty micro-batch (B = 0 or T = 0, which frameworks produce on padding
+    ranks or with dynamic batch sizes): a zero loss connected to the graph of ``log_probs``
+    (its gradient is a zero (B, T) tensor) and every metric 0."""
+    log_probs = inputs.log_probs
+    loss = log_probs.sum().to(torch.promote_types(log_probs.dtype, torch.float32)) * 0.0
+    zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+    keys = METRIC_KEYS + (("kl",) if kl and inputs.ref_log_probs is not None else ()) + (
+        ("clip_frac_dual",) if dual_clip else ()
+    )
+    return LossOutput(loss=loss, metrics={key: zero.clone() for key in keys})
 
 
 def finish_sequence_loss(

@@ -51,7 +51,7 @@ import torch
 
 from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
-from gmpo_plugins.core.losses.finish import finish_sequence_loss
+from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
@@ -84,6 +84,8 @@ def geometric_mean_loss(
     path), "torch" and "triton" run ``kernels.fused_geometric_mean_loss``, same numbers.
     """
     check_impl(impl)
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True)
     if impl != "eager":
         return fused_geometric_mean_loss(
             inputs,

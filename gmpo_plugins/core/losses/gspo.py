@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
-from gmpo_plugins.core.losses.finish import finish_sequence_loss
+from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
@@ -51,6 +51,8 @@ def gspo_loss(
     path), "torch" and "triton" run ``kernels.fused_gspo_loss``, same numbers.
     """
     check_impl(impl)
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True)
     if impl != "eager":
         return fused_gspo_loss(
             inputs,

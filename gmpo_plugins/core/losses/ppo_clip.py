@@ -30,7 +30,7 @@ import torch
 
 from gmpo_plugins.core.kernels import check_impl
 from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
-from gmpo_plugins.core.losses.finish import finish_token_loss
+from gmpo_plugins.core.losses.finish import empty_loss, finish_token_loss, is_empty
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
@@ -62,6 +62,8 @@ def clipped_ratio_loss(
     check_impl(impl)
     if impl == "triton":
         raise ValueError(f"{loss_name}: impl='triton' has no kernel for token-level losses; use 'auto' or 'torch'")
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True, dual_clip=dual_clip is not None)
     if impl != "eager":
         return fused_clipped_ratio_loss(
             inputs,
