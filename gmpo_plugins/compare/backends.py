@@ -102,6 +102,7 @@ class CoreBackend:
     """The gmpo_plugins core itself: ``get_loss(loss_name)(LossInputs(...), batch_info)``."""
 
     name = "core"
+    accepts_rollout_is_weights = True  # parity's IS-weight case (``compare.parity``)
 
     def supports(self, loss_name: str) -> bool:
         get_loss(loss_name)
@@ -117,8 +118,10 @@ class CoreBackend:
         loss_name: str,
         hparams: Mapping[str, Any],
         batch_info: BatchInfo,
+        rollout_is_weights: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
-        out = get_loss(loss_name)(LossInputs(log_probs, old_log_probs, advantages, mask), batch_info, **hparams)
+        inputs = LossInputs(log_probs, old_log_probs, advantages, mask, rollout_is_weights=rollout_is_weights)
+        out = get_loss(loss_name)(inputs, batch_info, **hparams)
         return out.loss, out.metrics
 
 

@@ -71,6 +71,7 @@ class ParityCase:
     old_log_probs: torch.Tensor
     advantages: torch.Tensor
     mask: torch.Tensor
+    rollout_is_weights: Optional[torch.Tensor] = None  # (B, T)
 
 
 _REGISTERED: list[ParityTarget] = []
@@ -93,6 +94,10 @@ def parity_cases() -> list[ParityCase]:
               with A > 0 (beyond the +-20 overflow guard)
     zero_adv  near, with every advantage 0
     bf16      near, with log-probs in bfloat16
+    is_weights  near, with (B, T) rollout IS weights in [0.2, 2] (padding 50); run only by
+              targets whose backend has ``accepts_rollout_is_weights = True`` (the core, verl's
+              geo_mean and gspo): it compares how each aggregates token weights on a
+              sequence-level loss, gradients included
     """
     generator = torch.Generator().manual_seed(20250727)
     batch, width = 8, 24
@@ -110,12 +115,14 @@ def parity_cases() -> list[ParityCase]:
     far[0, 3], far[1, 5], far[5, 10], far[6, 2] = 12.0, -12.0, -12.0, 12.0
     guard = far.clone()
     guard[4, 0], guard[7, 1] = old[4, 0] + 25.0, old[7, 1] - 25.0
+    weights = 0.2 + 1.8 * torch.rand(batch, width, generator=generator)
     return [
         ParityCase("near", padded(near), padded(old), advantages, mask),
         ParityCase("far", padded(far), padded(old), advantages, mask),
         ParityCase("guard", padded(guard), padded(old), advantages, mask),
         ParityCase("zero_adv", padded(near), padded(old), torch.zeros_like(advantages), mask),
         ParityCase("bf16", padded(near).to(torch.bfloat16), padded(old).to(torch.bfloat16), advantages, mask),
+        ParityCase("is_weights", padded(near), padded(old), advantages, mask, padded(weights)),
     ]
 
 
@@ -136,6 +143,7 @@ def evaluate(backend: LossBackend, loss_name: str, case: ParityCase, splits: int
     info = BatchInfo(dp_size=1, global_batch_size=rows, global_num_tokens=int(case.mask.sum()))
     total, metrics = 0.0, {}
     for index in torch.arange(rows).chunk(splits):
+        extra = {} if case.rollout_is_weights is None else {"rollout_is_weights": case.rollout_is_weights[index]}
         loss, raw = backend.policy_loss(
             log_probs=log_probs[index],
             old_log_probs=case.old_log_probs[index],
@@ -144,6 +152,7 @@ def evaluate(backend: LossBackend, loss_name: str, case: ParityCase, splits: int
             loss_name=loss_name,
             hparams=hparams,
             batch_info=info,
+            **extra,
         )
         loss.backward()
         total += float(loss.detach().double())
@@ -194,6 +203,8 @@ def compare_target(target: ParityTarget, loss_name: str, cases: list[ParityCase]
                 row.metric_key = metric_key
 
     for case in cases:
+        if case.rollout_is_weights is not None and not getattr(target.backend, "accepts_rollout_is_weights", False):
+            continue
         try:
             base = evaluate(core, loss_name, case)
         except Exception as exc:  # noqa: BLE001 - a broken (plugin) loss fails its rows, not the run

@@ -9,6 +9,15 @@ verl geo_mean   ``verl.trainer.ppo.core_algos.get_policy_loss_fn("geo_mean")`` c
                 overflow guard; its clip fractions count every clamped token on either
                 side (verl #5614, #7913, #7916). Metric names are translated to core names.
 
+verl gspo       ``get_policy_loss_fn("gspo")`` called the same way with seq-mean-token-mean and
+                ``global_batch_info`` (so splits accumulate). It clamps the log sequence ratio at
+                +10 (no lower bound) where the core guards each token at +-20, and reports only
+                a high clip fraction.
+
+Both verl targets take rollout IS weights (parity's ``is_weights`` case): geo_mean weights a
+sequence by the geometric mean of its token weights, gspo each token's gradient by its own
+weight; the core's defaults (``rollout_is_aggregation``) are the same.
+
 trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run on the given
                 tensors by ``gmpo_plugins.adapters.trl.TrlGMPOBackend`` (a stand-in trainer
                 returns them as the model's log-probs; G = N / b accumulation steps, as
@@ -21,7 +30,7 @@ trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -30,18 +39,22 @@ from gmpo_plugins.core.types import BatchInfo
 VERL_METRICS = {"actor/pg_clipfrac": "clip_frac_high", "actor/pg_clipfrac_lower": "clip_frac_low", "actor/ppo_kl": "ppo_kl"}
 
 
-class VerlGeoMean:
-    """verl's built-in ``geo_mean`` policy loss behind the ``LossBackend`` interface."""
+class VerlPolicyLoss:
+    """A verl built-in policy loss behind the ``LossBackend`` interface (module docstring)."""
 
-    name = "verl geo_mean"
+    accepts_rollout_is_weights = True
 
-    def __init__(self) -> None:
+    def __init__(self, verl_name: str, loss_name: str, loss_agg_mode: str, global_counts: bool) -> None:
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-        self._fn = get_policy_loss_fn("geo_mean")
+        self.name = f"verl {verl_name}"
+        self._fn = get_policy_loss_fn(verl_name)
+        self._loss_name = loss_name
+        self._agg = loss_agg_mode
+        self._global_counts = global_counts
 
     def supports(self, loss_name: str) -> bool:
-        return loss_name == "gmpo"
+        return loss_name == self._loss_name
 
     def policy_loss(
         self,
@@ -53,10 +66,18 @@ class VerlGeoMean:
         loss_name: str,
         hparams: Mapping[str, Any],
         batch_info: BatchInfo,
+        rollout_is_weights: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, Mapping[str, float]]:
         from verl.workers.config import ActorConfig
 
         rows = int(mask.shape[0])
+        counts = {}
+        if self._global_counts:
+            counts = {
+                "dp_size": batch_info.dp_size,
+                "global_batch_size": batch_info.global_batch_size,
+                "batch_num_tokens": batch_info.global_num_tokens,
+            }
         config = ActorConfig(
             strategy="fsdp",
             rollout_n=1,
@@ -64,12 +85,24 @@ class VerlGeoMean:
             ppo_micro_batch_size_per_gpu=rows,
             clip_ratio_low=hparams["eps_low"],
             clip_ratio_high=hparams["eps_high"],
+            global_batch_info=counts,
         )
         token_advantages = advantages[:, None].expand_as(log_probs).to(log_probs.dtype)
+        weights = None if rollout_is_weights is None else rollout_is_weights.to(log_probs.dtype)
         loss, metrics = self._fn(
-            old_log_probs, log_probs, token_advantages, mask.to(log_probs.dtype), "token-mean", config, None
+            old_log_probs, log_probs, token_advantages, mask.to(log_probs.dtype), self._agg, config, weights
         )
         return loss, {VERL_METRICS[key]: value for key, value in metrics.items() if key in VERL_METRICS}
+
+
+def verl_geo_mean() -> VerlPolicyLoss:
+    """verl's ``geo_mean`` (GMPO as verl ships it): its own local mean, no global counts."""
+    return VerlPolicyLoss("geo_mean", "gmpo", "token-mean", global_counts=False)
+
+
+def verl_gspo() -> VerlPolicyLoss:
+    """verl's ``gspo`` with seq-mean-token-mean and the global counts."""
+    return VerlPolicyLoss("gspo", "gspo", "seq-mean-token-mean", global_counts=True)
 
 
 def reference_targets() -> tuple[list, list[tuple[str, str]]]:
@@ -78,9 +111,10 @@ def reference_targets() -> tuple[list, list[tuple[str, str]]]:
 
     targets, skipped = [], []
     if importlib.util.find_spec("verl") is None:
-        skipped.append((VerlGeoMean.name, "verl is not installed here"))
+        skipped.append(("verl geo_mean / gspo", "verl is not installed here"))
     else:
-        targets.append(ParityTarget(VerlGeoMean.name, "reference", VerlGeoMean(), note="function only, see references.py"))
+        for backend in (verl_geo_mean(), verl_gspo()):
+            targets.append(ParityTarget(backend.name, "reference", backend, note="function only, see references.py"))
     if importlib.util.find_spec("trl") is None:
         skipped.append(("trl GMPOTrainer", "trl is not installed here"))
     else:

@@ -31,14 +31,15 @@ class NoGradientWarning(UserWarning):
     """A loss was called, with autograd on, on log_probs that do not require grad."""
 
 
-def check_result(spec: "LossSpec", out: object, wants_grad: bool) -> LossOutput:
+def check_result(spec: "LossSpec", out: object, wants_grad: bool, values: bool = False) -> LossOutput:
     """``out`` if it keeps the contract, else LossResultError naming the loss and its provider.
 
     The contract, checked without reading a tensor (no device synchronisation): a
     ``LossOutput`` whose ``loss`` is a 0-dim floating-point tensor that requires grad when
     ``wants_grad`` (the inputs required grad with autograd on), and whose ``metrics`` is a
-    dict of str to tensors. A NaN loss cannot be seen without a synchronisation; parity and
-    the adapters' first checked call report it.
+    dict of str to tensors. With ``values`` (which synchronises, as ``validate=True`` does
+    anyway) the loss must also be finite: the inputs were checked finite, so NaN or inf is
+    the loss's fault.
     """
     where = f"loss {spec.name!r} (from distribution {spec.provider or '<unregistered>'!r})"
     if not isinstance(out, LossOutput):
@@ -56,6 +57,8 @@ def check_result(spec: "LossSpec", out: object, wants_grad: bool) -> LossOutput:
         isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in out.metrics.items()
     ):
         raise LossResultError(f"{where} returned metrics that are not a dict of str to tensors")
+    if values and not bool(torch.isfinite(loss)):
+        raise LossResultError(f"{where} returned a non-finite loss ({float(loss)}) for finite inputs")
     return out
 
 
@@ -114,7 +117,7 @@ class LossSpec:
         (finite, 0/1 mask, one advantage per sequence, counts of ``batch``), which
         synchronises with the device; with validate=False the call never synchronises.
         The result is checked too (``check_result``: raises LossResultError naming the loss
-        and its provider). With autograd on and log_probs not requiring grad, a
+        and its provider; a non-finite loss only with validate=True). With autograd on and log_probs not requiring grad, a
         NoGradientWarning is given once per loss (the loss then trains nothing).
         """
         params = self.resolve(hparams)
@@ -130,4 +133,4 @@ class LossSpec:
                 NoGradientWarning,
                 stacklevel=2,
             )
-        return check_result(self, self.fn(inputs, batch, **params), wants_grad)
+        return check_result(self, self.fn(inputs, batch, **params), wants_grad, values=validate)

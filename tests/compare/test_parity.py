@@ -63,7 +63,9 @@ def registered(monkeypatch):
 
 def test_cases_are_hard():
     cases = {case.name: case for case in parity.parity_cases()}
-    assert set(cases) == {"near", "far", "guard", "zero_adv", "bf16"}
+    assert set(cases) == {"near", "far", "guard", "zero_adv", "bf16", "is_weights"}
+    weights = cases["is_weights"].rollout_is_weights[cases["is_weights"].mask]
+    assert weights.min() < 0.5 and weights.max() > 1.5  # token weights that differ within a sequence
     near = cases["near"]
     assert (near.mask.sum(1) == 0).any()  # an empty row
     assert len(set(near.mask.sum(1).tolist())) >= 6  # mixed lengths

@@ -116,8 +116,8 @@ def test_kl_beta_without_reference():
     [
         (BatchInfo(dp_size=0), ["batch.dp_size", "int >= 1"]),
         (BatchInfo(dp_size=2.0), ["batch.dp_size"]),
-        (BatchInfo(global_batch_size=0), ["batch.global_batch_size", "positive"]),
-        (BatchInfo(global_num_tokens=torch.tensor(-3)), ["batch.global_num_tokens", "positive"]),
+        (BatchInfo(global_batch_size=0), ["batch.global_batch_size", "> 0"]),
+        (BatchInfo(global_num_tokens=torch.tensor(-3)), ["batch.global_num_tokens", "> 0"]),
     ],
 )
 def test_bad_batch_info(batch, words):
