@@ -58,7 +58,7 @@ def check_result(spec: "LossSpec", out: object, wants_grad: bool, values: bool =
     ):
         raise LossResultError(f"{where} returned metrics that are not a dict of str to tensors")
     if values and not bool(torch.isfinite(loss)):
-        raise LossResultError(f"{where} returned a non-finite loss ({float(loss)}) for finite inputs")
+        raise LossResultError(f"{where} returned a non-finite loss ({float(loss.detach())}) for finite inputs")
     return out
 
 
