@@ -130,6 +130,8 @@ def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Optional[Map
         "kl_beta": args.beta,
         "norm_length": args.max_completion_length,
     }
+    if translated["norm_length"] is None:  # no maximum length: the loss's constant default applies
+        del translated["norm_length"]
     params = {key: value for key, value in translated.items() if key in spec.defaults}
     check_translated_hparams(
         spec,
