@@ -22,7 +22,7 @@ def micro_batches(draw):
     n = batch_size * length
     log_ratio = torch.tensor(draw(st.lists(finite, min_size=n, max_size=n))).view(batch_size, length)
     old = torch.tensor(draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n)), dtype=torch.float32)
-    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n))).view(batch_size, length)
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=torch.bool).view(batch_size, length)
     advantages = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0, -1.0, 1e3, -2.5]),
                                             min_size=batch_size, max_size=batch_size)))
     dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]))
