@@ -9,6 +9,7 @@
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step, gmpo-openrlhf, Ray, on CPU)
     nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
+    nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
@@ -21,6 +22,10 @@ import nox
 TORCH = "torch==2.13.0"
 # compare/parity: inside verl 0.9's range (transformers >= 5.5.3, < 5.11)
 TRANSFORMERS = "transformers==5.10.4"
+# lint tools, pinned so that a new release does not change the verdict (same pins in .pre-commit-config.yaml)
+RUFF = "ruff==0.17.6"
+MYPY = "mypy==2.4.1"
+DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
 
 nox.options.error_on_missing_interpreters = True
 
@@ -126,3 +131,17 @@ def compare_tests(session: nox.Session) -> None:
     session.install("-e", ".[compare,test]", TRANSFORMERS)
     session.run("pytest", "tests/compare", *session.posargs)
     session.run("gmpo-plugins", "parity")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Static checks, no test run: ruff (E,F,W,I,B,UP,BLE and Google-style docstrings, D),
+    `ruff format --check`, mypy (strict for gmpo_plugins.core), and the docs site with
+    `mkdocs build --strict` (adapters' docstrings rendered by mkdocstrings)."""
+    session.install(TORCH)
+    session.install("-e", ".", RUFF, MYPY, *DOCS)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site",
+                env={"NO_MKDOCS_2_WARNING": "1"})
