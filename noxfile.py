@@ -38,8 +38,18 @@ def core(session: nox.Session) -> None:
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
     bench_json = f"{session.create_tmp()}/bench.json"
-    session.run("gmpo-plugins", "bench", "--shapes", "8x64,32x256", "--dtypes", "fp32,bf16", "--repeats", "2",
-                "--json", bench_json)
+    session.run(
+        "gmpo-plugins",
+        "bench",
+        "--shapes",
+        "8x64,32x256",
+        "--dtypes",
+        "fp32,bf16",
+        "--repeats",
+        "2",
+        "--json",
+        bench_json,
+    )
 
 
 @nox.session
@@ -77,10 +87,33 @@ def verl(session: nox.Session) -> None:
 # fails on CPU: installed below from its Python sources only) and the vllm/liger/ring extras
 OPENRLHF = "openrlhf==0.11.2"
 OPENRLHF_REQUIREMENTS = (
-    "accelerate", "aiohttp", "bitsandbytes", "datasets", "deepspeed==0.19.6", "einops", "grpcio>=1.74.0",
-    "huggingface-hub>=1.0.0", "isort", "jsonlines", "loralib", "optimum", "optree>=0.15.0", "packaging", "peft",
-    "pylatexenc", "pynvml>=12.0.0", "ray[default]==2.55.0", "sympy", "tensorboard", "torchdata", "torchmetrics",
-    "tqdm", "transformers==5.15.0", "transformers-stream-generator", "wandb", "wheel",
+    "accelerate",
+    "aiohttp",
+    "bitsandbytes",
+    "datasets",
+    "deepspeed==0.19.6",
+    "einops",
+    "grpcio>=1.74.0",
+    "huggingface-hub>=1.0.0",
+    "isort",
+    "jsonlines",
+    "loralib",
+    "optimum",
+    "optree>=0.15.0",
+    "packaging",
+    "peft",
+    "pylatexenc",
+    "pynvml>=12.0.0",
+    "ray[default]==2.55.0",
+    "sympy",
+    "tensorboard",
+    "torchdata",
+    "torchmetrics",
+    "tqdm",
+    "transformers==5.15.0",
+    "transformers-stream-generator",
+    "wandb",
+    "wheel",
 )
 
 
@@ -104,7 +137,9 @@ def openrlhf(session: nox.Session) -> None:
         handle.write(TORCH + "\n")
     session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
     session.install(
-        "--no-build-isolation", "--no-deps", "flash-attn==2.8.3",
+        "--no-build-isolation",
+        "--no-deps",
+        "flash-attn==2.8.3",
         env={"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
     )
     session.install("-c", constraints, "-e", ".[test]")
@@ -143,5 +178,6 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
-    session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site",
-                env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site", env={"NO_MKDOCS_2_WARNING": "1"}
+    )

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
 
 import torch
 
@@ -59,7 +59,7 @@ def _machine(device: torch.device) -> dict:
     return info
 
 
-def _row(loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: Optional[int]) -> dict:
+def _row(loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: int | None) -> dict:
     tokens = shape[0] * shape[1]
     return {
         "loss": loss,
@@ -76,8 +76,9 @@ def _row(loss: str, variant: str, shape, dtype: str, timing: measure.Timing, ext
     }
 
 
-def _ratios(row: dict, floor_row: dict, eager_row: Optional[dict]) -> None:
+def _ratios(row: dict, floor_row: dict, eager_row: dict | None) -> None:
     """x_floor / x_eager from wall-clock medians, x_floor_cpu / x_eager_cpu from CPU time."""
+
     def ratio(value, reference):
         return None if value is None or reference is None or reference <= 0 else value / reference
 
@@ -94,8 +95,15 @@ def _scaling(rows: list[dict]) -> list[dict]:
     for (loss, variant, dtype), items in groups.items():
         per_token = {f"{r['batch']}x{r['length']}": r["ns_per_token"] for r in items}
         values = list(per_token.values())
-        out.append({"loss": loss, "variant": variant, "dtype": dtype, "ns_per_token": per_token,
-                    "max_over_min": max(values) / min(values)})
+        out.append(
+            {
+                "loss": loss,
+                "variant": variant,
+                "dtype": dtype,
+                "ns_per_token": per_token,
+                "max_over_min": max(values) / min(values),
+            }
+        )
     return out
 
 
@@ -120,35 +128,63 @@ def _targets(rows: list[dict], device: torch.device) -> list[dict]:
         measured = f"{speedup['median_ms']:.1f}x"
         if speedup["cpu_ms"] is not None:
             measured += f" (CPU time: {speedup['cpu_ms']:.1f}x)"
-        targets.append({"target": f"CPU gmpo fp32 {shape}: fused >= {TARGET_CPU_SPEEDUP:g}x faster than eager",
-                        "measured": measured, "met": speedup["median_ms"] >= TARGET_CPU_SPEEDUP})
+        targets.append(
+            {
+                "target": f"CPU gmpo fp32 {shape}: fused >= {TARGET_CPU_SPEEDUP:g}x faster than eager",
+                "measured": measured,
+                "met": speedup["median_ms"] >= TARGET_CPU_SPEEDUP,
+            }
+        )
     if fused:
         limit = TARGET_CPU_FLOOR if device.type == "cpu" else TARGET_CUDA_FLOOR
-        targets.append({"target": f"{device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor",
-                        "measured": _both(fused, "x_floor"), "met": fused["x_floor"] <= limit})
-        strict = next((r for r in rows if r["variant"] == "floor, preallocated out" and r["dtype"] == "fp32"
-                       and r["tokens"] == largest), None)
+        targets.append(
+            {
+                "target": f"{device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor",
+                "measured": _both(fused, "x_floor"),
+                "met": fused["x_floor"] <= limit,
+            }
+        )
+        strict = next(
+            (
+                r
+                for r in rows
+                if r["variant"] == "floor, preallocated out" and r["dtype"] == "fp32" and r["tokens"] == largest
+            ),
+            None,
+        )
         if strict is not None and strict["median_ms"] > 0:
             ratio = fused["median_ms"] / strict["median_ms"]
-            targets.append({"target": f"(stricter) {device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor "
-                                      "with a preallocated output",
-                            "measured": f"{ratio:.1f}x", "met": ratio <= limit})
+            targets.append(
+                {
+                    "target": f"(stricter) {device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor "
+                    "with a preallocated output",
+                    "measured": f"{ratio:.1f}x",
+                    "met": ratio <= limit,
+                }
+            )
         extra = fused["extra_bytes"]
         if extra is not None:
             allowed = fused["tokens"] + ROW_ALLOWANCE * fused["batch"]
-            targets.append({
-                "target": f"gmpo fp32 {shape}: peak extra memory <= 1 byte/token + {ROW_ALLOWANCE} bytes/sequence",
-                "measured": f"{extra / fused['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
-                "met": extra <= allowed,
-            })
+            targets.append(
+                {
+                    "target": f"gmpo fp32 {shape}: peak extra memory <= 1 byte/token + {ROW_ALLOWANCE} bytes/sequence",
+                    "measured": f"{extra / fused['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
+                    "met": extra <= allowed,
+                }
+            )
         if "launches" in fused:
             launches = fused["launches"]
-            targets.append({"target": "CUDA gmpo: kernel launches per forward+backward (target <= 2)",
-                            "measured": str(launches), "met": launches is not None and launches <= 2})
+            targets.append(
+                {
+                    "target": "CUDA gmpo: kernel launches per forward+backward (target <= 2)",
+                    "measured": str(launches),
+                    "met": launches is not None and launches <= 2,
+                }
+            )
     return targets
 
 
-def _cuda_launches(fn: Callable[[], None]) -> Optional[int]:
+def _cuda_launches(fn: Callable[[], None]) -> int | None:
     """Kernels launched by one call on CUDA (torch.profiler), None if unavailable."""
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -172,8 +208,11 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "inputs, one write of a gradient-sized tensor, including the first-touch page faults every "
         "fresh gradient pays); 'floor, preallocated out' writes into one reused buffer",
         "extra memory: peak bytes allocated during forward+backward minus the gradient; "
-        + ("torch.cuda.max_memory_allocated" if device.type == "cuda"
-           else "CPU: torch.profiler allocation events of torch's CPU allocator, summed in time order"),
+        + (
+            "torch.cuda.max_memory_allocated"
+            if device.type == "cuda"
+            else "CPU: torch.profiler allocation events of torch's CPU allocator, summed in time order"
+        ),
         "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
     ]
     rows: list[dict] = []

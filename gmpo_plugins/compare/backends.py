@@ -58,9 +58,10 @@ import importlib.util
 import json
 import os
 import subprocess
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Protocol, Union
+from typing import Any, Protocol, Union
 
 import torch
 
@@ -118,7 +119,7 @@ class CoreBackend:
         loss_name: str,
         hparams: Mapping[str, Any],
         batch_info: BatchInfo,
-        rollout_is_weights: Optional[torch.Tensor] = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         inputs = LossInputs(log_probs, old_log_probs, advantages, mask, rollout_is_weights=rollout_is_weights)
         out = get_loss(loss_name)(inputs, batch_info, **hparams)
@@ -137,7 +138,7 @@ class FrameworkInfo:
 
     name: str
     module: str
-    import_name: Optional[str]
+    import_name: str | None
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
@@ -179,7 +180,7 @@ class Runner:
     """Where a framework runs: ``python`` None means this process."""
 
     framework: str
-    python: Optional[str] = None
+    python: str | None = None
 
     @property
     def in_process(self) -> bool:
@@ -190,7 +191,7 @@ def python_env_var(name: str) -> str:
     return PYTHON_ENV_PREFIX + name.upper()
 
 
-def resolve_runner(name: str, cwd: Optional[Path] = None) -> Runner:
+def resolve_runner(name: str, cwd: Path | None = None) -> Runner:
     """Where framework ``name`` runs (rules in the module docstring); BackendError if nowhere."""
     info = framework_info(name)
     variable = python_env_var(name)

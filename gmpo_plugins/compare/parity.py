@@ -39,8 +39,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Literal
 
 import torch
 
@@ -71,7 +72,7 @@ class ParityCase:
     old_log_probs: torch.Tensor
     advantages: torch.Tensor
     mask: torch.Tensor
-    rollout_is_weights: Optional[torch.Tensor] = None  # (B, T)
+    rollout_is_weights: torch.Tensor | None = None  # (B, T)
 
 
 _REGISTERED: list[ParityTarget] = []
@@ -262,7 +263,7 @@ def discover_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
 
 
 def run_parity(
-    losses: Optional[Iterable[str]] = None, tol: float = TOLERANCE
+    losses: Iterable[str] | None = None, tol: float = TOLERANCE
 ) -> tuple[list[ParityRow], list[tuple[str, str]]]:
     """Compare every discovered target on every loss it supports (all losses by default)."""
     from gmpo_plugins.core.registry import list_losses

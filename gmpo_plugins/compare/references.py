@@ -30,13 +30,18 @@ trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from gmpo_plugins.core.types import BatchInfo
 
-VERL_METRICS = {"actor/pg_clipfrac": "clip_frac_high", "actor/pg_clipfrac_lower": "clip_frac_low", "actor/ppo_kl": "ppo_kl"}
+VERL_METRICS = {
+    "actor/pg_clipfrac": "clip_frac_high",
+    "actor/pg_clipfrac_lower": "clip_frac_low",
+    "actor/ppo_kl": "ppo_kl",
+}
 
 
 class VerlPolicyLoss:
@@ -66,7 +71,7 @@ class VerlPolicyLoss:
         loss_name: str,
         hparams: Mapping[str, Any],
         batch_info: BatchInfo,
-        rollout_is_weights: Optional[torch.Tensor] = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Mapping[str, float]]:
         from verl.workers.config import ActorConfig
 

@@ -7,7 +7,8 @@ without touching any tensor.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gmpo_plugins.core.kl import KL_ESTIMATORS
 from gmpo_plugins.core.prepared import IS_AGGREGATIONS
@@ -30,9 +31,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def check_hparams(
-    loss_name: str, values: Mapping[str, Any], *, reductions: tuple[str, ...], ratio_space: bool
-) -> None:
+def check_hparams(loss_name: str, values: Mapping[str, Any], *, reductions: tuple[str, ...], ratio_space: bool) -> None:
     """Raise ValueError naming the first hyper-parameter whose value is out of range."""
     for name, value in values.items():
         if name == "reduction":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -38,8 +37,8 @@ class PreparedBatch:
     mask: torch.Tensor  # (B, T) bool
     rows: torch.Tensor  # (B,) bool: sequences with at least one valid token
     lengths: torch.Tensor  # (B,) compute dtype: valid tokens per sequence
-    ref_log_probs: Optional[torch.Tensor]
-    rollout_is_weights: Optional[torch.Tensor]  # (B, T) or (B,), detached
+    ref_log_probs: torch.Tensor | None
+    rollout_is_weights: torch.Tensor | None  # (B, T) or (B,), detached
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -62,7 +61,7 @@ def prepare(inputs: LossInputs, *, sequence_level: bool) -> PreparedBatch:
     elif advantages.dim() == 2 and sequence_level:
         advantages = masked_mean(advantages, mask, dim=-1)
 
-    def promote(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def promote(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.detach().to(dtype)
 
     return PreparedBatch(
@@ -90,7 +89,7 @@ IS_AGGREGATIONS = ("arithmetic_mean", "geometric_mean", "per_token")
 """
 
 
-def sequence_is_weights(batch: PreparedBatch, aggregation: str = "arithmetic_mean") -> Optional[torch.Tensor]:
+def sequence_is_weights(batch: PreparedBatch, aggregation: str = "arithmetic_mean") -> torch.Tensor | None:
     """Rollout importance weights per sequence (B,): the weight itself when given per
     sequence, else the masked token mean of ``aggregation`` (``IS_AGGREGATIONS``;
     ``per_token`` uses the arithmetic mean for the value)."""
@@ -109,7 +108,7 @@ def row_is_weights(weights: torch.Tensor, mask: torch.Tensor, aggregation: str) 
 
 
 def per_token_is_gradient(
-    values: torch.Tensor, weights: Optional[torch.Tensor], mask: torch.Tensor, aggregation: str
+    values: torch.Tensor, weights: torch.Tensor | None, mask: torch.Tensor, aggregation: str
 ) -> torch.Tensor:
     """``values`` (B, T) unchanged in value, with the gradient of valid token t multiplied by
     w_t / mean_t w_t under ``aggregation == "per_token"`` and (B, T) weights (0 where the
@@ -127,7 +126,7 @@ def per_token_is_gradient(
     return torch.where(mask, scaled, values)
 
 
-def token_is_weights(batch: PreparedBatch) -> Optional[torch.Tensor]:
+def token_is_weights(batch: PreparedBatch) -> torch.Tensor | None:
     """Rollout importance weights per token (B, T), broadcasting per-sequence weights."""
     weights = batch.rollout_is_weights
     if weights is None or weights.dim() == 2:

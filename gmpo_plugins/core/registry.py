@@ -18,7 +18,6 @@ import difflib
 import importlib.metadata
 import os
 import warnings
-from typing import Optional
 
 import pluggy
 
@@ -67,7 +66,7 @@ def autoload_enabled() -> bool:
 class LossRegistry:
     """Losses by name, each tagged with the distribution that provided it."""
 
-    def __init__(self, *, autoload: Optional[bool] = None) -> None:
+    def __init__(self, *, autoload: bool | None = None) -> None:
         from gmpo_plugins.core import losses
 
         self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -142,7 +141,7 @@ class LossRegistry:
         raise UnknownLossError(f"unknown loss {name!r}{suggestion}; available: {', '.join(self.names())}")
 
 
-_default: Optional[LossRegistry] = None
+_default: LossRegistry | None = None
 
 
 def default_registry() -> LossRegistry:

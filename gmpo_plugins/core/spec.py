@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import difflib
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Literal
 
 import torch
 
@@ -31,7 +32,7 @@ class NoGradientWarning(UserWarning):
     """A loss was called, with autograd on, on log_probs that do not require grad."""
 
 
-def check_result(spec: "LossSpec", out: object, wants_grad: bool, values: bool = False) -> LossOutput:
+def check_result(spec: LossSpec, out: object, wants_grad: bool, values: bool = False) -> LossOutput:
     """``out`` if it keeps the contract, else LossResultError naming the loss and its provider.
 
     The contract, checked without reading a tensor (no device synchronisation): a
@@ -82,7 +83,7 @@ class LossSpec:
     description: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
     sequence_level: bool = False
-    clip_space: Optional[Literal["log", "ratio"]] = None
+    clip_space: Literal["log", "ratio"] | None = None
     reductions: tuple[str, ...] = ()
     provider: str = ""
 
@@ -95,9 +96,7 @@ class LossSpec:
                 for key in unknown
                 if (close := difflib.get_close_matches(key, list(self.defaults), n=1))
             )
-            raise TypeError(
-                f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)}{hints}"
-            )
+            raise TypeError(f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)}{hints}")
         params = {**self.defaults, **overrides}
         check_hparams(self.name, params, reductions=self.reductions, ratio_space=self.clip_space == "ratio")
         return params
@@ -105,7 +104,7 @@ class LossSpec:
     def __call__(
         self,
         inputs: LossInputs,
-        batch: Optional[BatchInfo] = None,
+        batch: BatchInfo | None = None,
         *,
         validate: bool = True,
         **hparams: Any,
@@ -117,8 +116,9 @@ class LossSpec:
         (finite, 0/1 mask, one advantage per sequence, counts of ``batch``), which
         synchronises with the device; with validate=False the call never synchronises.
         The result is checked too (``check_result``: raises LossResultError naming the loss
-        and its provider; a non-finite loss only with validate=True). With autograd on and log_probs not requiring grad, a
-        NoGradientWarning is given once per loss (the loss then trains nothing).
+        and its provider; a non-finite loss only with validate=True). With autograd on and
+        log_probs not requiring grad, a NoGradientWarning is given once per loss (the loss
+        then trains nothing).
         """
         params = self.resolve(hparams)
         batch = BatchInfo() if batch is None else batch

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Optional
 
 import torch
 
@@ -53,8 +52,7 @@ def _require_tensor(name: str, value: object) -> torch.Tensor:
 def _require_float(name: str, tensor: torch.Tensor) -> None:
     if not tensor.dtype.is_floating_point:
         raise TypeError(
-            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64), "
-            f"got {tensor.dtype}"
+            f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64), got {tensor.dtype}"
         )
 
 
@@ -82,7 +80,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
     batch_size, length = log_probs.shape
     bt = (batch_size, length)
 
-    tensors: dict[str, Optional[torch.Tensor]] = {
+    tensors: dict[str, torch.Tensor | None] = {
         "old_log_probs": inputs.old_log_probs,
         "advantages": inputs.advantages,
         "mask": inputs.mask,
@@ -95,8 +93,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         tensor = _require_tensor(name, value)
         if tensor.device != log_probs.device:
             raise ValueError(
-                f"{name}: is on {tensor.device} but log_probs is on {log_probs.device}; "
-                "put all inputs on one device"
+                f"{name}: is on {tensor.device} but log_probs is on {log_probs.device}; put all inputs on one device"
             )
         if name != "mask":
             _require_float(name, tensor)
@@ -144,7 +141,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             )
 
 
-def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: Optional[torch.Tensor] = None) -> None:
+def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: torch.Tensor | None = None) -> None:
     """Raise ValueError/TypeError naming the bad field of ``batch``.
 
     Without reading a tensor: ``dp_size`` an int >= 1; a count given as a Python number
@@ -178,7 +175,10 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: Optional
     if not values or mask is None:
         return
     valid = mask if mask.dtype == torch.bool else mask != 0
-    local = {"global_batch_size": ("sequences with a valid token", valid.any(-1)), "global_num_tokens": ("valid tokens", valid)}
+    local = {
+        "global_batch_size": ("sequences with a valid token", valid.any(-1)),
+        "global_num_tokens": ("valid tokens", valid),
+    }
     for name, (what, counted) in local.items():
         value = getattr(batch, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):

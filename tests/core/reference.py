@@ -22,8 +22,21 @@ def _rows(log_probs, old, adv, mask):
         yield i, idx, a
 
 
-def gmpo_reference(log_probs, old, adv, mask, *, eps_low=0.4, eps_high=0.4, clip="token", normalise=True,
-                   n, dp=1, kl_beta=0.0, ref=None):
+def gmpo_reference(
+    log_probs,
+    old,
+    adv,
+    mask,
+    *,
+    eps_low=0.4,
+    eps_high=0.4,
+    clip="token",
+    normalise=True,
+    n,
+    dp=1,
+    kl_beta=0.0,
+    ref=None,
+):
     """sum_i -A_i * exp(s_i) (+ beta * mean k3) / n * dp, with the GMPO family's s_i."""
     total = log_probs.new_zeros(())
     for i, idx, a in _rows(log_probs, old, adv, mask):

@@ -146,8 +146,13 @@ def test_gmpo_nonorm_guard_in_float16():
 
 
 def with_is_weights(inputs: LossInputs, weights) -> LossInputs:
-    return LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask,
-                      rollout_is_weights=torch.tensor([weights], dtype=inputs.log_probs.dtype))
+    return LossInputs(
+        inputs.log_probs,
+        inputs.old_log_probs,
+        inputs.advantages,
+        inputs.mask,
+        rollout_is_weights=torch.tensor([weights], dtype=inputs.log_probs.dtype),
+    )
 
 
 @pytest.mark.parametrize(
@@ -189,8 +194,9 @@ def test_kl_clamp_reproduces_verl_low_var_kl():
     r = torch.zeros(1, 2, dtype=torch.float64)
     log_probs = torch.zeros_like(r, requires_grad=True)
     ref = torch.tensor([[3.0, 0.5]], dtype=torch.float64)
-    inputs = LossInputs(log_probs, r, torch.zeros(1, dtype=torch.float64), torch.ones_like(r, dtype=torch.bool),
-                        ref_log_probs=ref)
+    inputs = LossInputs(
+        log_probs, r, torch.zeros(1, dtype=torch.float64), torch.ones_like(r, dtype=torch.bool), ref_log_probs=ref
+    )
     k3_half = math.exp(0.5) - 0.5 - 1  # 0.148721
     free = get_loss("gmpo")(inputs, kl_beta=1.0)
     assert free.metrics["kl"].item() == pytest.approx((math.exp(3) - 4 + k3_half) / 2, rel=1e-12)  # 8.1171
@@ -274,7 +280,9 @@ def test_gspo_clips_the_sequence_ratio():
     assert torch.allclose(inputs.log_probs.grad, torch.full((1, 2), s / 2, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("estimator, value", [("k1", -math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", 1 - math.log(2))])
+@pytest.mark.parametrize(
+    "estimator, value", [("k1", -math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", 1 - math.log(2))]
+)
 def test_kl_term_added_per_sequence(estimator, value):
     # ref - log_probs = ln 2 on both tokens; r = 0, A = 1 -> policy part -1.
     inputs = one_sequence([0.0, 0.0], 1.0)
@@ -324,10 +332,12 @@ def test_dr_grpo_does_not_depend_on_the_split():
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
     info = BatchInfo(global_batch_size=2)
     whole = get_loss("dr_grpo")(LossInputs(log_probs, log_probs.detach(), adv, mask), info, norm_length=8).loss
-    first = get_loss("dr_grpo")(LossInputs(log_probs[:1], log_probs[:1].detach(), adv[:1], mask[:1]), info,
-                                norm_length=8).loss
-    second = get_loss("dr_grpo")(LossInputs(log_probs[1:, :1], log_probs[1:, :1].detach(), adv[1:], mask[1:, :1]),
-                                 info, norm_length=8).loss
+    first = get_loss("dr_grpo")(
+        LossInputs(log_probs[:1], log_probs[:1].detach(), adv[:1], mask[:1]), info, norm_length=8
+    ).loss
+    second = get_loss("dr_grpo")(
+        LossInputs(log_probs[1:, :1], log_probs[1:, :1].detach(), adv[1:], mask[1:, :1]), info, norm_length=8
+    ).loss
     assert whole.item() == pytest.approx(-0.1875, rel=1e-12)
     assert (first + second).item() == pytest.approx(-0.1875, rel=1e-12)
     (g_whole,) = torch.autograd.grad(whole, log_probs)
@@ -335,8 +345,15 @@ def test_dr_grpo_does_not_depend_on_the_split():
     assert torch.equal(g_whole, g_split)
 
 
-@pytest.mark.parametrize("name, field", [("gmpo", "global_batch_size"), ("grpo", "global_batch_size"),
-                                         ("dapo", "global_num_tokens"), ("gspo", "global_batch_size")])
+@pytest.mark.parametrize(
+    "name, field",
+    [
+        ("gmpo", "global_batch_size"),
+        ("grpo", "global_batch_size"),
+        ("dapo", "global_num_tokens"),
+        ("gspo", "global_batch_size"),
+    ],
+)
 def test_data_parallel_without_global_counts_is_refused(name, field):
     inputs = one_sequence([0.1, 0.2], 1.0)
     with pytest.raises(ValueError, match=f"batch.{field} is required when batch.dp_size > 1"):
@@ -357,7 +374,8 @@ def test_data_parallel_without_global_counts_is_refused(name, field):
 )
 def test_global_counts_are_checked(info, message):
     log_probs = torch.zeros(4, 2, dtype=torch.float64, requires_grad=True)
-    inputs = LossInputs(log_probs, log_probs.detach(), torch.ones(4, dtype=torch.float64),
-                        torch.ones(4, 2, dtype=torch.bool))
+    inputs = LossInputs(
+        log_probs, log_probs.detach(), torch.ones(4, dtype=torch.float64), torch.ones(4, 2, dtype=torch.bool)
+    )
     with pytest.raises(ValueError, match=message):
         get_loss("gmpo")(inputs, info)

@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
-from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, select_backend
-from gmpo_plugins.core.kernels import rowsum_torch, token
+from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, rowsum_torch, select_backend, token
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
 SEQUENCE_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
@@ -59,8 +58,12 @@ def cases(draw, max_batch: int = 6, max_length: int = 40, dtypes=(torch.float32,
     mask[empty] = False
     kind = draw(st.sampled_from(["mixed", "zero", "positive", "negative"]))
     advantages = torch.randn(batch_size, generator=g, dtype=torch.float64)
-    advantages = {"mixed": advantages, "zero": advantages * 0, "positive": advantages.abs() + 0.1,
-                  "negative": -advantages.abs() - 0.1}[kind]
+    advantages = {
+        "mixed": advantages,
+        "zero": advantages * 0,
+        "positive": advantages.abs() + 0.1,
+        "negative": -advantages.abs() - 0.1,
+    }[kind]
     if kind == "mixed":
         advantages[torch.rand(batch_size, generator=g) < 0.3] = 0.0
     if draw(st.booleans()):
@@ -77,8 +80,14 @@ def cases(draw, max_batch: int = 6, max_length: int = 40, dtypes=(torch.float32,
         hparams["kl_beta"] = draw(st.sampled_from([0.0, 0.05]))
     hparams["log_ratio_bound"] = draw(st.sampled_from([20.0, 0.3, 60.0]))
     eps = draw(st.sampled_from([(0.4, 0.4), (0.2, 0.28), (0.05, 50.0)]))
-    batch = draw(st.sampled_from([BatchInfo(), BatchInfo(dp_size=2, global_batch_size=3 * batch_size,
-                                                         global_num_tokens=5 * batch_size * length)]))
+    batch = draw(
+        st.sampled_from(
+            [
+                BatchInfo(),
+                BatchInfo(dp_size=2, global_batch_size=3 * batch_size, global_num_tokens=5 * batch_size * length),
+            ]
+        )
+    )
     hparams["reduction"] = draw(st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
     hparams["dual_clip"] = draw(st.sampled_from([None, 3.0]))
     hparams["norm_length"] = draw(st.sampled_from([1024, 7]))
@@ -104,12 +113,19 @@ def _params(name: str, hparams: dict, eps: tuple[float, float]) -> dict:
 
 def run(name: str, inputs: LossInputs, batch: BatchInfo, params: dict, impl: str, device: str = "cpu"):
     """Loss, metrics and gradient of one call with ``impl`` (inputs detached, strides kept)."""
+
     def move(t):
         return None if t is None else t.detach().to(device)
 
     log_probs = move(inputs.log_probs).requires_grad_()
-    moved = LossInputs(log_probs, move(inputs.old_log_probs), move(inputs.advantages), move(inputs.mask),
-                       move(inputs.ref_log_probs), move(inputs.rollout_is_weights))
+    moved = LossInputs(
+        log_probs,
+        move(inputs.old_log_probs),
+        move(inputs.advantages),
+        move(inputs.mask),
+        move(inputs.ref_log_probs),
+        move(inputs.rollout_is_weights),
+    )
     out = get_loss(name).fn(moved, batch, impl=impl, **params)
     out.loss.backward()
     return out, log_probs.grad
@@ -130,8 +146,14 @@ def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
     rtol = RTOL[dtype] if rtol is None else rtol
     eager, grad_eager = run(name, inputs, batch, params, "eager")
     fused, grad_fused = run(name, inputs, batch, params, impl, device)
-    abs_inputs = LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages.abs(), inputs.mask,
-                            inputs.ref_log_probs, inputs.rollout_is_weights)
+    abs_inputs = LossInputs(
+        inputs.log_probs,
+        inputs.old_log_probs,
+        inputs.advantages.abs(),
+        inputs.mask,
+        inputs.ref_log_probs,
+        inputs.rollout_is_weights,
+    )
     loss_scale = run(name, abs_inputs, batch, params, "eager")[0].loss.abs().item()
     r_all = (inputs.log_probs.double() - inputs.old_log_probs.double()).where(inputs.mask, 0.0)
     r = r_all[inputs.mask]
@@ -279,8 +301,13 @@ def test_loss_independent_of_blocking(name, monkeypatch):
     """One row per block (forward and backward) gives the same loss and gradient."""
     g = torch.Generator().manual_seed(7)
     old = -torch.rand(6, 40, generator=g)
-    inputs = LossInputs(old + 0.3 * torch.randn(6, 40, generator=g), old, torch.randn(6, generator=g),
-                        torch.rand(6, 40, generator=g) < 0.8, rollout_is_weights=torch.rand(6, 40, generator=g))
+    inputs = LossInputs(
+        old + 0.3 * torch.randn(6, 40, generator=g),
+        old,
+        torch.randn(6, generator=g),
+        torch.rand(6, 40, generator=g) < 0.8,
+        rollout_is_weights=torch.rand(6, 40, generator=g),
+    )
     params = _params(name, {}, (0.2, 0.28))
     whole, grad_whole = run(name, inputs, BatchInfo(), params, "torch")
     monkeypatch.setattr(rowsum_torch, "BLOCK_ELEMENTS", 1)
@@ -293,8 +320,9 @@ def _saved_float_bt(name: str, impl: str) -> list[tuple]:
     other than the input tensors themselves (saving those costs no memory)."""
     g = torch.Generator().manual_seed(5)
     log_probs = torch.randn(8, 64, generator=g, requires_grad=True)
-    inputs = LossInputs(log_probs, log_probs.detach() + 0.1, torch.randn(8, generator=g),
-                        torch.rand(8, 64, generator=g) < 0.9)
+    inputs = LossInputs(
+        log_probs, log_probs.detach() + 0.1, torch.randn(8, generator=g), torch.rand(8, 64, generator=g) < 0.9
+    )
     given = {t.data_ptr() for t in (inputs.log_probs, inputs.old_log_probs)}
     saved = []
 
@@ -373,10 +401,10 @@ def test_non_contiguous_inputs_and_no_grad(name):
     g = torch.Generator().manual_seed(8)
     big = torch.randn(6, 80, generator=g)
     log_probs = big[:, ::2].t().contiguous().t()
-    inputs = LossInputs(log_probs, big[:, 1::2], torch.randn(6, generator=g),
-                        (torch.rand(40, 6, generator=g) < 0.8).t())
-    assert not (inputs.log_probs.is_contiguous() or inputs.old_log_probs.is_contiguous()
-                or inputs.mask.is_contiguous())
+    inputs = LossInputs(
+        log_probs, big[:, 1::2], torch.randn(6, generator=g), (torch.rand(40, 6, generator=g) < 0.8).t()
+    )
+    assert not (inputs.log_probs.is_contiguous() or inputs.old_log_probs.is_contiguous() or inputs.mask.is_contiguous())
     assert_agree(name, inputs, BatchInfo(), _params(name, {}, (0.2, 0.28)), "torch")
     with torch.no_grad():
         out = get_loss(name)(LossInputs(log_probs.requires_grad_(), *list(vars(inputs).values())[1:]), BatchInfo())
@@ -403,8 +431,12 @@ def test_contiguous_float32_is_bit_identical(name):
     reduction as the eager loss, so loss and gradient are equal bit for bit."""
     g = torch.Generator().manual_seed(9)
     old = -3 * torch.rand(12, 700, generator=g)
-    inputs = LossInputs(old + 2 * torch.randn(12, 700, generator=g), old, torch.randn(12, generator=g),
-                        torch.rand(12, 700, generator=g) < 0.8)
+    inputs = LossInputs(
+        old + 2 * torch.randn(12, 700, generator=g),
+        old,
+        torch.randn(12, generator=g),
+        torch.rand(12, 700, generator=g) < 0.8,
+    )
     params = _params(name, {}, (0.2, 0.28))
     eager, grad_eager = run(name, inputs, BatchInfo(), params, "eager")
     fused, grad_fused = run(name, inputs, BatchInfo(), params, "torch")
@@ -420,8 +452,12 @@ def test_empty_micro_batch_every_impl(name, impl, shape):
         pytest.skip("no Triton kernel for token-level losses")
     device = TRITON_DEVICE if impl == "triton" else "cpu"
     log_probs = torch.zeros(shape, device=device, requires_grad=True)
-    inputs = LossInputs(log_probs, torch.zeros(shape, device=device), torch.zeros(shape[0], device=device),
-                        torch.zeros(shape, dtype=torch.bool, device=device))
+    inputs = LossInputs(
+        log_probs,
+        torch.zeros(shape, device=device),
+        torch.zeros(shape[0], device=device),
+        torch.zeros(shape, dtype=torch.bool, device=device),
+    )
     spec = get_loss(name)
     out = spec.fn(inputs, BatchInfo(), impl=impl, **spec.defaults)
     (grad,) = torch.autograd.grad(out.loss, log_probs)

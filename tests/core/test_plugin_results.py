@@ -99,14 +99,30 @@ def test_parity_reports_broken_losses_and_checks_the_others(broken, capsys):
 
 def test_bench_reports_broken_losses_and_measures_the_others(broken, tmp_path, capsys):
     path = tmp_path / "bench.json"
-    rc = main(["bench", "--losses", "bare_tensor,gmpo", "--shapes", "2x16", "--dtypes", "fp32", "--repeats", "1",
-               "--markdown", "--json", str(path)])
+    rc = main(
+        [
+            "bench",
+            "--losses",
+            "bare_tensor,gmpo",
+            "--shapes",
+            "2x16",
+            "--dtypes",
+            "fp32",
+            "--repeats",
+            "1",
+            "--markdown",
+            "--json",
+            str(path),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 1 and "Traceback" not in captured.err
     assert "loss bare_tensor failed: LossResultError" in captured.err
     result = json.loads(path.read_text())
     assert set(result["failed"]) == {"bare_tensor"}
-    assert {row["loss"] for row in result["rows"]} >= {"gmpo"} and "bare_tensor" not in {r["loss"] for r in result["rows"]}
+    assert {row["loss"] for row in result["rows"]} >= {"gmpo"} and "bare_tensor" not in {
+        r["loss"] for r in result["rows"]
+    }
 
 
 def test_bench_json_path_is_checked_before_the_benchmark(tmp_path, capsys):
@@ -131,7 +147,10 @@ def test_parity_with_empty_losses_is_a_usage_error(tmp_path, capsys, monkeypatch
     mine.write_text("x")
     before = _sha(mine)
     assert main(["parity", "--losses", ""]) == 2
-    assert capsys.readouterr().err.strip() == "gmpo-plugins parity: error: --losses: expected comma-separated loss names, got ''"
+    assert (
+        capsys.readouterr().err.strip()
+        == "gmpo-plugins parity: error: --losses: expected comma-separated loss names, got ''"
+    )
     assert main(["parity", "--losses", " , "]) == 2
     assert _sha(mine) == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
 
@@ -164,9 +183,22 @@ def test_no_grad_inputs_warn_once_per_loss(monkeypatch):
         get_loss("grpo")(inputs)
 
 
-@pytest.mark.parametrize("value, autoload", [("1", False), ("true", False), ("TRUE", False), ("yes", False),
-                                             ("on", False), ("", True), ("0", True), ("false", True),
-                                             ("False", True), ("no", True), ("off", True)])
+@pytest.mark.parametrize(
+    "value, autoload",
+    [
+        ("1", False),
+        ("true", False),
+        ("TRUE", False),
+        ("yes", False),
+        ("on", False),
+        ("", True),
+        ("0", True),
+        ("false", True),
+        ("False", True),
+        ("no", True),
+        ("off", True),
+    ],
+)
 def test_disable_autoload_spellings(value, autoload, monkeypatch):
     monkeypatch.setenv("GMPO_PLUGINS_DISABLE_AUTOLOAD", value)
     with warnings.catch_warnings():

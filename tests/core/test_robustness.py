@@ -22,13 +22,21 @@ def micro_batches(draw):
     n = batch_size * length
     log_ratio = torch.tensor(draw(st.lists(finite, min_size=n, max_size=n))).view(batch_size, length)
     old = torch.tensor(draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n)), dtype=torch.float32)
-    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=torch.bool).view(batch_size, length)
-    advantages = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0, -1.0, 1e3, -2.5]),
-                                            min_size=batch_size, max_size=batch_size)))
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=torch.bool).view(
+        batch_size, length
+    )
+    advantages = torch.tensor(
+        draw(st.lists(st.sampled_from([0.0, 1.0, -1.0, 1e3, -2.5]), min_size=batch_size, max_size=batch_size))
+    )
     dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]))
     log_probs = (old.view(batch_size, length) + log_ratio).to(dtype).requires_grad_()
-    return LossInputs(log_probs, old.view(batch_size, length).to(dtype), advantages.to(dtype), mask,
-                      ref_log_probs=old.view(batch_size, length).to(dtype))
+    return LossInputs(
+        log_probs,
+        old.view(batch_size, length).to(dtype),
+        advantages.to(dtype),
+        mask,
+        ref_log_probs=old.view(batch_size, length).to(dtype),
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -53,10 +61,17 @@ def test_loss_metrics_and_gradient_are_finite(inputs, name, dp, validate):
 def test_empty_micro_batch_gives_a_zero_loss_on_the_graph(name, shape, validate):
     """Frameworks produce empty micro-batches (padding ranks, dynamic batch sizes)."""
     log_probs = torch.zeros(shape, requires_grad=True)
-    inputs = LossInputs(log_probs, torch.zeros(shape), torch.zeros(shape[0]), torch.zeros(shape, dtype=torch.bool),
-                        ref_log_probs=torch.zeros(shape), rollout_is_weights=torch.ones(shape))
-    out = get_loss(name)(inputs, BatchInfo(dp_size=2, global_batch_size=4, global_num_tokens=9), kl_beta=0.1,
-                         validate=validate)
+    inputs = LossInputs(
+        log_probs,
+        torch.zeros(shape),
+        torch.zeros(shape[0]),
+        torch.zeros(shape, dtype=torch.bool),
+        ref_log_probs=torch.zeros(shape),
+        rollout_is_weights=torch.ones(shape),
+    )
+    out = get_loss(name)(
+        inputs, BatchInfo(dp_size=2, global_batch_size=4, global_num_tokens=9), kl_beta=0.1, validate=validate
+    )
     assert out.loss.item() == 0.0 and out.loss.requires_grad
     (grad,) = torch.autograd.grad(out.loss, log_probs)
     assert grad.shape == shape and not grad.any()

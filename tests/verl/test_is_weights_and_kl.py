@@ -17,10 +17,16 @@ from gmpo_plugins.compare.references import verl_geo_mean, verl_gspo
 
 def _grad(backend, name, log_probs, old, adv, mask, weights, hparams):
     log_probs = log_probs.clone().requires_grad_(True)
-    loss, _ = backend.policy_loss(log_probs=log_probs, old_log_probs=old, advantages=adv, mask=mask, loss_name=name,
-                                  hparams=hparams, batch_info=BatchInfo(global_batch_size=int(mask.shape[0]),
-                                                                        global_num_tokens=int(mask.sum())),
-                                  rollout_is_weights=weights)
+    loss, _ = backend.policy_loss(
+        log_probs=log_probs,
+        old_log_probs=old,
+        advantages=adv,
+        mask=mask,
+        loss_name=name,
+        hparams=hparams,
+        batch_info=BatchInfo(global_batch_size=int(mask.shape[0]), global_num_tokens=int(mask.sum())),
+        rollout_is_weights=weights,
+    )
     (grad,) = torch.autograd.grad(loss, log_probs)
     return float(loss), grad
 
@@ -37,8 +43,13 @@ def _grad(backend, name, log_probs, old, adv, mask, weights, hparams):
 )
 def test_hand_example_verl_and_core_agree(backend, name, loss, grad):
     log_probs = torch.zeros(1, 2, dtype=torch.float64)
-    args = (log_probs, log_probs.clone(), torch.ones(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.bool),
-            torch.tensor([[0.5, 1.5]], dtype=torch.float64))
+    args = (
+        log_probs,
+        log_probs.clone(),
+        torch.ones(1, dtype=torch.float64),
+        torch.ones(1, 2, dtype=torch.bool),
+        torch.tensor([[0.5, 1.5]], dtype=torch.float64),
+    )
     hparams = get_loss(name).resolve({})
     theirs = _grad(backend(), name, *args, hparams)
     from gmpo_plugins.compare.backends import CoreBackend
@@ -63,7 +74,9 @@ def test_parity_is_weights_case_matches_verl(factory, name):
     # the other aggregations differ from verl: the knob matters on this case
     other = "arithmetic_mean" if name == "gmpo" else "geometric_mean"
     log_probs = case.log_probs.clone().requires_grad_(True)
-    inputs = LossInputs(log_probs, case.old_log_probs, case.advantages, case.mask, rollout_is_weights=case.rollout_is_weights)
+    inputs = LossInputs(
+        log_probs, case.old_log_probs, case.advantages, case.mask, rollout_is_weights=case.rollout_is_weights
+    )
     out = get_loss(name)(inputs, BatchInfo(global_batch_size=8), rollout_is_aggregation=other)
     (grad,) = torch.autograd.grad(out.loss, log_probs)
     assert float((grad.double() - base.grad).abs().max()) > 1e-4

@@ -35,7 +35,8 @@ auxiliary loss, gradient accumulation and data parallelism (``normalisation``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.translate import check_translated_hparams
@@ -107,7 +108,7 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
     return found
 
 
-def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Optional[Mapping[str, Any]] = None) -> dict:
+def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] | None = None) -> dict:
     """The hyper-parameters ``spec`` is called with, after refusing what it cannot honour.
 
     Raises UnsupportedTRLOptionError naming every refused GRPOConfig option, and the

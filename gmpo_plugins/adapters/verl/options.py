@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec

@@ -29,8 +29,6 @@ costs (B, T) temporaries in that case only.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip
@@ -43,7 +41,6 @@ from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 
-
 def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
     """(B,) advantages: as given, or the masked row mean of row-constant (B, T) ones."""
     advantages = inputs.advantages.detach()
@@ -52,7 +49,7 @@ def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
     return advantages.to(dtype)
 
 
-def _bounds(advantages: torch.Tensor, low: Optional[float], high: Optional[float], bound: float):
+def _bounds(advantages: torch.Tensor, low: float | None, high: float | None, bound: float):
     """(lo, hi) (B,): the one-sided clip band by sign of A_i inside the guard [-R, R]."""
     lo = torch.full_like(advantages, -bound)
     hi = torch.full_like(advantages, bound)
@@ -118,7 +115,7 @@ def _finish(
     *,
     kl_beta: float,
     kl_estimator: str,
-    kl_clamp: Optional[float],
+    kl_clamp: float | None,
     loss_name: str,
     is_aggregation: str,
 ) -> LossOutput:
@@ -159,9 +156,9 @@ def fused_geometric_mean_loss(
     kl_estimator: str,
     log_ratio_bound: float,
     rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: Optional[float] = None,
-    eps_low: Optional[float] = None,
-    eps_high: Optional[float] = None,
+    kl_clamp: float | None = None,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
     loss_name: str = "gmpo",
     impl: str = "auto",
 ) -> LossOutput:
@@ -197,8 +194,17 @@ def fused_geometric_mean_loss(
         s = summed.clamp(-guard, guard)
     pg = -advantages * torch.exp(s)
     return _finish(
-        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator,
-        kl_clamp=kl_clamp, loss_name=loss_name, is_aggregation=rollout_is_aggregation,
+        inputs,
+        batch,
+        stats,
+        pg,
+        low_tokens,
+        high_tokens,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
+        loss_name=loss_name,
+        is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -212,7 +218,7 @@ def fused_gspo_loss(
     kl_estimator: str,
     log_ratio_bound: float,
     rollout_is_aggregation: str = "per_token",
-    kl_clamp: Optional[float] = None,
+    kl_clamp: float | None = None,
     impl: str = "auto",
 ) -> LossOutput:
     """GSPO (``losses/gspo.gspo_loss``), fused."""
@@ -227,6 +233,15 @@ def fused_gspo_loss(
     high_tokens = torch.where((advantages > 0) & (ratio > 1.0 + eps_high), stats.count, zeros)
     low_tokens = torch.where((advantages < 0) & (ratio < 1.0 - eps_low), stats.count, zeros)
     return _finish(
-        inputs, batch, stats, pg, low_tokens, high_tokens, kl_beta=kl_beta, kl_estimator=kl_estimator,
-        kl_clamp=kl_clamp, loss_name="gspo", is_aggregation=rollout_is_aggregation,
+        inputs,
+        batch,
+        stats,
+        pg,
+        low_tokens,
+        high_tokens,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
+        loss_name="gspo",
+        is_aggregation=rollout_is_aggregation,
     )

@@ -22,7 +22,6 @@ the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager los
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -42,14 +41,13 @@ from gmpo_plugins.core.reduce import (
 )
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
-
 TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
 
 
 class _Clip:
     """Hyper-parameters of the clipped surrogate."""
 
-    def __init__(self, eps_low: float, eps_high: float, dual_clip: Optional[float], bound: float) -> None:
+    def __init__(self, eps_low: float, eps_high: float, dual_clip: float | None, bound: float) -> None:
         self.low, self.high, self.dual, self.bound = 1.0 - eps_low, 1.0 + eps_high, dual_clip, bound
 
 
@@ -107,8 +105,15 @@ class _TokenRowSums(torch.autograd.Function):
         big = torch.finfo(dtype).max
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
-            k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
-                       None if weights is None else weights[rows], clip, dtype)
+            k = _Block(
+                log_probs[rows],
+                old[rows],
+                mask[rows],
+                advantages[rows],
+                None if weights is None else weights[rows],
+                clip,
+                dtype,
+            )
             o = out[:, rows]
             pg = k.surrogate(clip)
             if k.cap is not None:
@@ -147,8 +152,15 @@ class _TokenRowSums(torch.autograd.Function):
         step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
-            k = _Block(log_probs[rows], old[rows], mask[rows], advantages[rows],
-                       None if weights is None else weights[rows], clip, dtype)
+            k = _Block(
+                log_probs[rows],
+                old[rows],
+                mask[rows],
+                advantages[rows],
+                None if weights is None else weights[rows],
+                clip,
+                dtype,
+            )
             u, c, banded = k.branches(clip)
             # share of d pg / d (-A ratio): 1 where u > c, band where u < c, (1 + band) / 2 on a tie
             tie = torch.eq(u, c).to(dtype)
@@ -167,7 +179,7 @@ class _TokenRowSums(torch.autograd.Function):
 
 
 def _reduce(
-    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: Optional[int]
+    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: int | None
 ) -> torch.Tensor:
     """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
     count, rows = stats[2], stats[2] > 0
@@ -183,8 +195,9 @@ def _reduce(
         if length is None:
             raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
         return reduce_sequences(row_sums / length, rows, batch)
-    raise ValueError(f"reduction must be one of {[TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM]}, "
-                     f"got {reduction!r}")
+    raise ValueError(
+        f"reduction must be one of {[TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM]}, got {reduction!r}"
+    )
 
 
 def fused_clipped_ratio_loss(
@@ -193,13 +206,13 @@ def fused_clipped_ratio_loss(
     *,
     eps_low: float,
     eps_high: float,
-    dual_clip: Optional[float],
+    dual_clip: float | None,
     reduction: str,
-    norm_length: Optional[int],
+    norm_length: int | None,
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    kl_clamp: Optional[float] = None,
+    kl_clamp: float | None = None,
     loss_name: str = "grpo",
 ) -> LossOutput:
     """``losses/ppo_clip.clipped_ratio_loss``, fused (module docstring); a KL term is added

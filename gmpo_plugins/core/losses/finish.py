@@ -3,8 +3,6 @@ the optional KL term and the metrics."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.kl import reference_kl
@@ -39,8 +37,10 @@ def empty_loss(inputs: LossInputs, *, kl: bool = False, dual_clip: bool = False)
     log_probs = inputs.log_probs
     loss = log_probs.sum().to(torch.promote_types(log_probs.dtype, torch.float32)) * 0.0
     zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
-    keys = METRIC_KEYS + (("kl",) if kl and inputs.ref_log_probs is not None else ()) + (
-        ("clip_frac_dual",) if dual_clip else ()
+    keys = (
+        METRIC_KEYS
+        + (("kl",) if kl and inputs.ref_log_probs is not None else ())
+        + (("clip_frac_dual",) if dual_clip else ())
     )
     return LossOutput(loss=loss, metrics={key: zero.clone() for key in keys})
 
@@ -54,7 +54,7 @@ def finish_sequence_loss(
     clipped_high: torch.Tensor,
     kl_beta: float,
     kl_estimator: str,
-    kl_clamp: Optional[float] = None,
+    kl_clamp: float | None = None,
     loss_name: str,
     is_aggregation: str = "arithmetic_mean",
 ) -> LossOutput:
@@ -93,7 +93,7 @@ def finish_token_loss(
     clipped_high: torch.Tensor,
     kl_beta: float,
     kl_estimator: str,
-    kl_clamp: Optional[float] = None,
+    kl_clamp: float | None = None,
     loss_name: str,
 ) -> LossOutput:
     """pg (B, T): per-token policy-gradient losses. Returns

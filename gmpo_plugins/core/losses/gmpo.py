@@ -45,8 +45,6 @@ runs them:
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip
@@ -72,9 +70,9 @@ def geometric_mean_loss(
     kl_estimator: str,
     log_ratio_bound: float,
     rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: Optional[float] = None,
-    eps_low: Optional[float] = None,
-    eps_high: Optional[float] = None,
+    kl_clamp: float | None = None,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
     loss_name: str = "gmpo",
     impl: str = "auto",
 ) -> LossOutput:
@@ -113,7 +111,9 @@ def geometric_mean_loss(
     clipped_low = clipped_high = no_clip
 
     if clip == "token":
-        r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high)
+        r, clipped_low, clipped_high = one_sided_clip(
+            r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high
+        )
     summed = r.sum(-1)  # padding holds 0
     if clip == "sequence":  # the authors' seqclip: clip the sum, then divide by |o_i|
         summed, seq_low, seq_high = one_sided_clip(summed, positive & p.rows, negative & p.rows, eps_low, eps_high)

@@ -21,8 +21,6 @@ each token's own sampling mismatch, which is what a token-level IS weight measur
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
@@ -42,7 +40,7 @@ def gspo_loss(
     kl_estimator: str,
     log_ratio_bound: float,
     rollout_is_aggregation: str = "per_token",
-    kl_clamp: Optional[float] = None,
+    kl_clamp: float | None = None,
     impl: str = "auto",
 ) -> LossOutput:
     """Sequence-level clipped ratio (module docstring).
