@@ -55,9 +55,9 @@ def test_hand_example_verl_and_core_agree(backend, name, loss, grad):
     from gmpo_plugins.compare.backends import CoreBackend
 
     ours = _grad(CoreBackend(), name, *args, hparams)
-    for value, gradient in (theirs, ours):
-        assert value == pytest.approx(loss, rel=1e-9)
-        assert torch.allclose(gradient, torch.tensor([grad], dtype=torch.float64), rtol=1e-9)
+    for value, gradient in (theirs, ours):  # verl takes log(w + 1e-10): 4e-9 relative
+        assert value == pytest.approx(loss, rel=1e-7)
+        assert torch.allclose(gradient, torch.tensor([grad], dtype=torch.float64), rtol=1e-7)
 
 
 @pytest.mark.parametrize("factory, name", [(verl_geo_mean, "gmpo"), (verl_gspo, "gspo")])
