@@ -135,7 +135,7 @@ AGG_CASES = [
     ({"loss_agg_mode": "token-mean"}, "padded", False),
     ({"loss_agg_mode": "seq-mean-token-mean", "clip_ratio_c": 1.5}, "padded", True),
     ({"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 16}, "padded", False),
-    ({"loss_agg_mode": "seq-mean-token-sum-norm"}, "nested", True),
+    ({"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 1024}, "nested", True),
     ({"loss_agg_mode": "token-mean", "clip_ratio_high": 0.28, "clip_ratio_c": 1.5}, "nested", True),
 ]
 
@@ -167,4 +167,25 @@ def test_grpo_equals_verl_vanilla(model, rollout, actor_config, fields, layout, 
     FIGURES.append(
         f"grpo vs vanilla {fields['loss_agg_mode']:<24} {layout:<6} is={with_is_weights!s:<5} "
         f"|loss diff|={abs(ours.loss - vanilla.loss):.1e} max|g diff|={_max_diff(ours.grad, vanilla.grad):.1e}"
+    )
+
+
+def test_null_loss_scale_factor_is_the_constant_not_the_padded_width(model, rollout, actor_config):
+    """verl's seq-mean-token-sum-norm with loss_scale_factor null divides each micro-batch by
+    its own padded width (nested layout: it differs between micro-batches, so the gradient
+    depends on the split); ours keeps Dr.GRPO's constant (1024): 1 and 2 micro-batches agree
+    and equal loss_scale_factor=1024."""
+    batch = engine.engine_batch(rollout.td.clone(), "nested")
+    null = actor_config("dr_grpo", loss_agg_mode="seq-mean-token-sum-norm")
+    one, two = engine.train_step(model, null, batch, 1), engine.train_step(model, null, batch, 2)
+    assert _max_diff(one.grad, two.grad) <= TOL
+    explicit = engine.train_step(
+        model, actor_config("dr_grpo", loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=1024), batch, 2
+    )
+    assert _max_diff(two.grad, explicit.grad) <= TOL
+    vanilla = actor_config("vanilla", loss_agg_mode="seq-mean-token-sum-norm")
+    v_one, v_two = engine.train_step(model, vanilla, batch, 1), engine.train_step(model, vanilla, batch, 2)
+    FIGURES.append(
+        f"seq-mean-token-sum-norm, loss_scale_factor null, nested, 1 vs 2 micro-batches: ours max|g diff|="
+        f"{_max_diff(one.grad, two.grad):.1e}, verl vanilla max|g diff|={_max_diff(v_one.grad, v_two.grad):.1e}"
     )
