@@ -62,6 +62,7 @@ class VerlBackend:
     """Registry losses called through verl 0.9's ``POLICY_LOSS_REGISTRY`` (module docstring)."""
 
     name = "verl"
+    accepts_rollout_is_weights = True  # passed to the policy loss as verl's actor passes them
 
     def __init__(self) -> None:
         import gmpo_plugins.adapters.verl  # noqa: F401 - registers the losses (idempotent)
@@ -99,6 +100,7 @@ class VerlBackend:
         loss_name: str,
         hparams: Mapping[str, Any],
         batch_info: BatchInfo,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         from gmpo_plugins.adapters.verl import PREFIX
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
@@ -121,7 +123,7 @@ class VerlBackend:
             response_mask=mask,
             loss_agg_mode=config.loss_agg_mode,
             config=config,
-            rollout_is_weights=None,
+            rollout_is_weights=rollout_is_weights,
         )
         core = {key[len(METRIC_PREFIX) :]: value for key, value in metrics.items() if key.startswith(METRIC_PREFIX)}
         core["policy_loss"] = loss.detach()
