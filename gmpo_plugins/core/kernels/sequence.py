@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from gmpo_plugins.core.clip import one_sided_clip
+from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels.rowmean import row_masked_mean
 from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
 from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
@@ -140,6 +140,8 @@ def fused_geometric_mean_loss(
 ) -> LossOutput:
     """The GMPO family (``losses/gmpo.geometric_mean_loss``), fused; ``clip`` is
     ``"token"``, ``"sequence"`` or ``"none"``."""
+    if clip != "none":
+        required_eps(clip, eps_low, eps_high)  # a missing bound is refused before any work
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
     positive, negative = advantages > 0, advantages < 0
@@ -153,6 +155,7 @@ def fused_geometric_mean_loss(
     if token_clip:
         # below/above count tokens outside [lo, hi]; they are clipped (not guarded) only
         # where the band is the eps one, i.e. eps < R.
+        eps_low, eps_high = required_eps(clip, eps_low, eps_high)
         if eps_low < bound:
             low_tokens = torch.where(negative, stats.below, zeros)
         if eps_high < bound:
@@ -160,7 +163,8 @@ def fused_geometric_mean_loss(
     summed = stats.sum_clipped
     s = summed / stats.count.clamp_min(1) if normalise else summed.clamp(-bound, bound)
     if clip == "sequence":
-        s, seq_low, seq_high = one_sided_clip(s, positive & rows, negative & rows, eps_low, eps_high)
+        eps = required_eps(clip, eps_low, eps_high)
+        s, seq_low, seq_high = one_sided_clip(s, positive & rows, negative & rows, *eps)
         low_tokens = torch.where(seq_low, stats.count, zeros)
         high_tokens = torch.where(seq_high, stats.count, zeros)
     pg = -advantages * torch.exp(s)

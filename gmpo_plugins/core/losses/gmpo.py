@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-from gmpo_plugins.core.clip import one_sided_clip
+from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
@@ -86,11 +86,13 @@ def geometric_mean_loss(
     clipped_low = clipped_high = no_clip
 
     if clip == "token":
-        r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high)
+        eps = required_eps(clip, eps_low, eps_high)
+        r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, *eps)
     summed = r.sum(-1)  # padding holds 0
     s = summed / p.lengths.clamp_min(1) if normalise else summed.clamp(-bound, bound)
     if clip == "sequence":
-        s, seq_low, seq_high = one_sided_clip(s, positive & p.rows, negative & p.rows, eps_low, eps_high)
+        eps = required_eps(clip, eps_low, eps_high)
+        s, seq_low, seq_high = one_sided_clip(s, positive & p.rows, negative & p.rows, *eps)
         clipped_low, clipped_high = seq_low[:, None] & mask, seq_high[:, None] & mask
 
     pg = -p.advantages * torch.exp(s)
