@@ -46,3 +46,4 @@ def gmpo_plugins_losses() -> Iterable["LossSpec"]:
     must follow the loss contract ``fn(inputs: LossInputs, batch: BatchInfo, **hparams)
     -> LossOutput`` with every accepted hyper-parameter listed in ``spec.defaults``.
     """
+    raise NotImplementedError  # a specification: pluggy calls the plugins' implementations

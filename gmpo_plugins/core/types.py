@@ -19,7 +19,8 @@ from typing import Optional, Union
 
 import torch
 
-Count = Union[int, torch.Tensor]
+# a count may be fractional: TRL scales its token count by accumulation / steps_per_generation
+Count = Union[int, float, torch.Tensor]
 
 
 @dataclass

@@ -103,10 +103,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
     if inputs.ref_log_probs is not None:
         _require_shape("ref_log_probs", inputs.ref_log_probs, bt, "(B, T)")
     for name in ("advantages", "rollout_is_weights"):
-        tensor = tensors[name]
-        if tensor is not None and tuple(tensor.shape) not in ((batch_size,), bt):
+        optional = tensors[name]
+        if optional is not None and tuple(optional.shape) not in ((batch_size,), bt):
             raise ValueError(
-                f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(tensor.shape)}"
+                f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(optional.shape)}"
             )
 
     if not values:
@@ -117,9 +117,9 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             raise ValueError(f"mask: expected bool or 0/1 values, got other values (dtype {mask.dtype})")
         mask = mask != 0
     for name in ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights"):
-        tensor = inputs.log_probs if name == "log_probs" else tensors[name]
-        if tensor is not None:
-            _require_finite(name, tensor, mask)
+        optional = inputs.log_probs if name == "log_probs" else tensors[name]
+        if optional is not None:
+            _require_finite(name, optional, mask)
     weights = inputs.rollout_is_weights
     if weights is not None:
         valid = mask if weights.dim() == 2 else mask.any(-1)
