@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gmpo_plugins.cli.main import UsageError
+from gmpo_plugins.cli.errors import UsageError
 
 if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the command runs (import_compare)
     from gmpo_plugins.compare.backends import LossBackend, Runner
