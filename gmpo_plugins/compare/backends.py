@@ -60,7 +60,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Protocol, Union
+from typing import Any, Iterator, Literal, Mapping, Optional, Protocol, Union
 
 import torch
 
@@ -96,6 +96,17 @@ class LossBackend(Protocol):
         batch_info: BatchInfo,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         """Scalar loss to back-propagate and metrics under core names (module docstring)."""
+
+
+@dataclass(frozen=True)
+class ParityTarget:
+    """A loss call path that ``gmpo-plugins parity`` compares with the core: an adapter
+    (must match) or a third-party reference (differences reported; ``compare.parity``)."""
+
+    label: str
+    kind: Literal["adapter", "reference"]
+    backend: LossBackend
+    note: str = ""
 
 
 class CoreBackend:

@@ -29,16 +29,11 @@ from typing import Any, Mapping
 
 import torch
 
+from gmpo_plugins.adapters.trl.metrics import FROM_TRL
 from gmpo_plugins.compare.backends import Metric
+from gmpo_plugins.compare.references_trl import SingleProcessAccelerator
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
-
-FROM_TRL = {
-    "clip_ratio/low_mean": "clip_frac_low",
-    "clip_ratio/high_mean": "clip_frac_high",
-    "clip_ratio/region_mean": "clip_frac",
-    "clip_ratio/dual_mean": "clip_frac_dual",
-}
 
 
 def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -61,7 +56,6 @@ class _TrainerStandIn:
 
     def __init__(self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float,
                  num_processes: int) -> None:
-        from gmpo_plugins.adapters.trl.reference import SingleProcessAccelerator
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
         self.args = args

@@ -40,26 +40,17 @@ import importlib
 import importlib.util
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
-from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend
+from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget
+from gmpo_plugins.compare.references import reference_targets
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
 TOLERANCE = 1e-6
 SPLITS = (2, 4)
-
-
-@dataclass(frozen=True)
-class ParityTarget:
-    """A loss call path to compare with the core (module docstring)."""
-
-    label: str
-    kind: Literal["adapter", "reference"]
-    backend: LossBackend
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -238,8 +229,6 @@ def _framework_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
 
 def discover_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
     """(targets, skipped (label, reason)) in the order of the module docstring."""
-    from gmpo_plugins.compare.references import reference_targets
-
     targets = [ParityTarget("core", "adapter", CoreBackend(), note="baseline; split behaviour checked")]
     found, skipped = _framework_targets()
     references, skipped_references = reference_targets()

@@ -10,7 +10,7 @@ verl geo_mean   ``verl.trainer.ppo.core_algos.get_policy_loss_fn("geo_mean")`` c
                 side (verl #5614, #7913, #7916). Metric names are translated to core names.
 
 trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run on the given
-                tensors by ``gmpo_plugins.adapters.trl.TrlGMPOBackend`` (a stand-in trainer
+                tensors by ``compare.references_trl.TrlGMPOBackend`` (a stand-in trainer
                 returns them as the model's log-probs; G = N / b accumulation steps, as
                 TRL's trainer divides each micro-batch mean). It counts rows without a valid
                 token in its mean with their constant -A_i, has no overflow guard, and
@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import torch
 
+from gmpo_plugins.compare.backends import ParityTarget
 from gmpo_plugins.core.types import BatchInfo
 
 VERL_METRICS = {"actor/pg_clipfrac": "clip_frac_high", "actor/pg_clipfrac_lower": "clip_frac_low", "actor/ppo_kl": "ppo_kl"}
@@ -74,8 +75,6 @@ class VerlGeoMean:
 
 def reference_targets() -> tuple[list, list[tuple[str, str]]]:
     """(importable reference targets, skipped (label, reason))."""
-    from gmpo_plugins.compare.parity import ParityTarget
-
     targets, skipped = [], []
     if importlib.util.find_spec("verl") is None:
         skipped.append((VerlGeoMean.name, "verl is not installed here"))
@@ -84,7 +83,7 @@ def reference_targets() -> tuple[list, list[tuple[str, str]]]:
     if importlib.util.find_spec("trl") is None:
         skipped.append(("trl GMPOTrainer", "trl is not installed here"))
     else:
-        from gmpo_plugins.adapters.trl import TrlGMPOBackend
+        from gmpo_plugins.compare.references_trl import TrlGMPOBackend
 
         targets.append(ParityTarget(TrlGMPOBackend.name, "reference", TrlGMPOBackend(), note="TRL's own _compute_loss"))
     return targets, skipped
