@@ -5,18 +5,12 @@ Values (finite at valid positions, 0/1 mask, IS weights >= 0, one advantage per 
 read tensor contents and therefore synchronise with the device: they run when a loss is
 called with ``validate=True``.
 
-Framework adapters call a loss once per micro-batch; they ask ``value_checks_enabled``
-whether to check values, which follows ``GMPO_PLUGINS_VALIDATE``:
-
-    first   (default) the first call of each loss in a process: catches integration
-            mistakes (layout, mask, advantages) without a sync on every micro-batch
-    always  every call (debugging)
-    never   no value checks
+Framework adapters decide per call whether to ask for value checks
+(``adapters._common.value_checks_enabled``, ``GMPO_PLUGINS_VALIDATE``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
@@ -24,23 +18,6 @@ import torch
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 _ADVANTAGE_TOLERANCE = 1e-5
-VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
-VALIDATE_MODES = ("first", "always", "never")
-_value_checked: set[str] = set()
-
-
-def value_checks_enabled(key: str) -> bool:
-    """Whether an adapter should check values on this call of the loss ``key`` (module
-    docstring); raises ValueError naming GMPO_PLUGINS_VALIDATE for an unknown mode."""
-    mode = os.environ.get(VALIDATE_ENV, "first") or "first"
-    if mode not in VALIDATE_MODES:
-        raise ValueError(f"{VALIDATE_ENV}: expected one of {list(VALIDATE_MODES)}, got {mode!r}")
-    if mode != "first":
-        return mode == "always"
-    if key in _value_checked:
-        return False
-    _value_checked.add(key)
-    return True
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:

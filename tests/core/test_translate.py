@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gmpo_plugins import get_loss
-from gmpo_plugins.core.translate import check_translated_hparams
+from gmpo_plugins.adapters._common import check_translated_hparams
 
 
 class FrameworkError(ValueError):

@@ -140,7 +140,7 @@ def test_structure_is_checked_even_without_value_validation():
 
 
 def test_value_check_policy_for_adapters(monkeypatch):
-    from gmpo_plugins.core import validation
+    from gmpo_plugins.adapters import _common as validation
 
     monkeypatch.setattr(validation, "_value_checked", set())
     monkeypatch.delenv("GMPO_PLUGINS_VALIDATE", raising=False)

@@ -37,8 +37,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.translate import check_translated_hparams
 
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is taken from
     "eps_low": "epsilon",
