@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Protocol
 
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
 
-LossFn = Callable[..., LossOutput]
+
+class LossFn(Protocol):
+    """What ``LossSpec.fn`` is: ``fn(inputs, batch, **hparams) -> LossOutput``.
+
+    The registry calls it with ``inputs`` and ``batch`` positionally and every
+    hyper-parameter of ``LossSpec.defaults`` (updated by the caller's overrides, already
+    checked) as a keyword, so a loss declares its hyper-parameters as keyword arguments
+    (or takes ``**hparams``) and ``LossSpec.defaults`` lists all of them. The type checks
+    the two positional arguments and the result; keywords are checked by the registry.
+    """
+
+    def __call__(self, inputs: LossInputs, batch: BatchInfo, /, *args: Any, **hparams: Any) -> LossOutput:
+        """The micro-batch loss of ``inputs`` normalised by ``batch`` (``LossOutput``)."""
+        ...
 
 
 @dataclass(frozen=True)

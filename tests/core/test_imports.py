@@ -132,3 +132,16 @@ def test_core_imports_no_framework(module):
         if name.split(".")[0] not in sys.stdlib_module_names | {PACKAGE, "__future__"}
     }
     assert outside <= CORE_THIRD_PARTY, f"{module} imports {sorted(outside - CORE_THIRD_PARTY)}"
+
+
+def test_the_example_plugin_uses_only_the_plugin_api():
+    path = ROOT.parent / "tests" / "plugins" / "example_plugin" / "gmpo_example_plugin" / "__init__.py"
+    used = {name for name in imported_names("gmpo_example_plugin", path) if name.split(".")[0] == PACKAGE}
+    assert used == {"gmpo_plugins.plugin"}
+
+
+def test_the_plugin_api_exports_what_it_lists():
+    import gmpo_plugins.plugin as api
+
+    assert {"LossSpec", "LossInputs", "BatchInfo", "LossOutput", "LossFn", "hookimpl", "prepare"} <= set(api.__all__)
+    assert all(hasattr(api, name) for name in api.__all__)

@@ -35,7 +35,7 @@ from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
 from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
 from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce_sequences
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
 
@@ -136,7 +136,7 @@ def fused_geometric_mean_loss(
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
     loss_name: str = "gmpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """The GMPO family (``losses/gmpo.geometric_mean_loss``), fused; ``clip`` is
     ``"token"``, ``"sequence"`` or ``"none"``."""
@@ -182,7 +182,7 @@ def fused_gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """GSPO (``losses/gspo.gspo_loss``), fused."""
     dtype = compute_dtype(inputs.log_probs.dtype)

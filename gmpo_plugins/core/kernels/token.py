@@ -39,7 +39,7 @@ from gmpo_plugins.core.reduce import (
     reduce_sequences,
     reduce_tokens,
 )
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
 
 TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
@@ -165,7 +165,7 @@ class _TokenRowSums(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def _reduce(row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: int) -> torch.Tensor:
+def _reduce(row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: Reduction, length: int) -> torch.Tensor:
     """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
     count, rows = stats[2], stats[2] > 0
     if reduction == TOKEN_MEAN:
@@ -188,7 +188,7 @@ def fused_clipped_ratio_loss(
     eps_low: float,
     eps_high: float,
     dual_clip: Optional[float],
-    reduction: str,
+    reduction: Reduction,
     norm_length: Optional[int],
     kl_beta: float,
     kl_estimator: str,

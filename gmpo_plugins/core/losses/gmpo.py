@@ -35,7 +35,7 @@ from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Clip, Impl, LossInputs, LossOutput
 
 _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3"}
 _GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
@@ -46,7 +46,7 @@ def geometric_mean_loss(
     inputs: LossInputs,
     batch: BatchInfo,
     *,
-    clip: str,
+    clip: Clip,
     normalise: bool,
     kl_beta: float,
     kl_estimator: str,
@@ -54,7 +54,7 @@ def geometric_mean_loss(
     eps_low: Optional[float] = None,
     eps_high: Optional[float] = None,
     loss_name: str = "gmpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """The GMPO family in one place; ``clip`` is ``"token"``, ``"sequence"`` or ``"none"``.
 

@@ -21,7 +21,7 @@ from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
 from gmpo_plugins.core.losses.finish import finish_sequence_loss
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
 def gspo_loss(
@@ -33,7 +33,7 @@ def gspo_loss(
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """Sequence-level clipped ratio (module docstring).
 

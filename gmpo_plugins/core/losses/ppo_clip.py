@@ -26,7 +26,7 @@ from gmpo_plugins.core.losses.finish import finish_token_loss
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput, Reduction
 
 
 def clipped_ratio_loss(
@@ -36,13 +36,13 @@ def clipped_ratio_loss(
     eps_low: float,
     eps_high: float,
     dual_clip: Optional[float],
-    reduction: str,
+    reduction: Reduction,
     norm_length: Optional[int],
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
     loss_name: str = "grpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """Token-level PPO clipped surrogate (module docstring).
 
@@ -114,7 +114,7 @@ def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
     return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
 
 
-def _defaults(reduction: str, eps_high: float) -> dict:
+def _defaults(reduction: Reduction, eps_high: float) -> dict:
     return {
         "eps_low": 0.2,
         "eps_high": eps_high,
