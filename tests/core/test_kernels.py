@@ -22,8 +22,10 @@ from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, select_backend
 from gmpo_plugins.core.kernels import rowsum_torch, token
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
-SEQUENCE_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
-TOKEN_LOSSES = ("grpo", "dapo", "dr_grpo")
+from ..registry_names import builtin_losses
+
+SEQUENCE_LOSSES = builtin_losses(sequence_level=True)
+TOKEN_LOSSES = builtin_losses(sequence_level=False)
 FUSED_LOSSES = SEQUENCE_LOSSES + TOKEN_LOSSES
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
 
