@@ -272,7 +272,7 @@ def test_blocks_cover_all_rows(monkeypatch):
     whole = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
     monkeypatch.setattr(rowsum_torch, "BLOCK_ELEMENTS", 1)
     split = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
-    for a, b in zip(whole, split):
+    for a, b in zip(whole, split, strict=True):
         assert torch.equal(a, b)
 
 

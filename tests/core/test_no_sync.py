@@ -88,8 +88,7 @@ def _configurations(name: str):
     batches = [BatchInfo(), BatchInfo(dp_size=2, global_batch_size=16, global_num_tokens=300),
                BatchInfo(dp_size=2, global_batch_size=torch.tensor(16), global_num_tokens=torch.tensor(300))]
     layouts = itertools.product([False, True], ["none", "seq", "token"], [False, True], [False, True])
-    for hp, impl, batch, layout in itertools.product(hparams, impls, batches, layouts):
-        yield hp, impl, batch, layout
+    yield from itertools.product(hparams, impls, batches, layouts)
 
 
 def _call(name, inputs, batch, hp, impl, reference):

@@ -137,7 +137,7 @@ def test_ppo_and_gspo_are_byte_identical_to_openrlhf(loss_module, pristine_loss_
         twin.log_probs, twin.old_log_probs, twin.advantages, action_mask=twin.action_mask,
         rollout_log_probs=twin.rollout_log_probs, **info)
     assert len(ours) == len(theirs) == 5
-    for mine, other in zip(ours, theirs):
+    for mine, other in zip(ours, theirs, strict=True):
         assert (mine is None and other is None) or torch.equal(mine, other)
     ours[0].backward()
     theirs[0].backward()
