@@ -61,7 +61,10 @@ class _TensorTrainer:
         self.current_gradient_accumulation_steps = accumulation_steps
         self.model = SimpleNamespace(training=True)
         self.accelerator = SingleProcessAccelerator()
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
         return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
