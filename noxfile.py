@@ -6,7 +6,8 @@
     nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
-    nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step, gmpo-openrlhf, Ray, on CPU)
+    nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
+                      gmpo-openrlhf, Ray, on CPU)
     nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict

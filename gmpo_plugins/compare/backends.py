@@ -60,14 +60,14 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Optional, Protocol, Union
+from typing import Any, Iterator, Literal, Mapping, Optional, Protocol
 
 import torch
 
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
-Metric = Union[float, torch.Tensor]
+Metric = float | torch.Tensor
 RECORD_PREFIX = "GMPO_COMPARE_RECORD "
 PYTHON_ENV_PREFIX = "GMPO_PLUGINS_PYTHON_"
 

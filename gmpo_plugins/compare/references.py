@@ -28,7 +28,11 @@ import torch
 from gmpo_plugins.compare.backends import ParityTarget
 from gmpo_plugins.core.types import BatchInfo
 
-VERL_METRICS = {"actor/pg_clipfrac": "clip_frac_high", "actor/pg_clipfrac_lower": "clip_frac_low", "actor/ppo_kl": "ppo_kl"}
+VERL_METRICS = {
+    "actor/pg_clipfrac": "clip_frac_high",
+    "actor/pg_clipfrac_lower": "clip_frac_low",
+    "actor/ppo_kl": "ppo_kl",
+}
 
 
 class VerlGeoMean:
@@ -79,7 +83,8 @@ def reference_targets() -> tuple[list, list[tuple[str, str]]]:
     if importlib.util.find_spec("verl") is None:
         skipped.append((VerlGeoMean.name, "verl is not installed here"))
     else:
-        targets.append(ParityTarget(VerlGeoMean.name, "reference", VerlGeoMean(), note="function only, see references.py"))
+        note = "function only, see references.py"
+        targets.append(ParityTarget(VerlGeoMean.name, "reference", VerlGeoMean(), note=note))
     if importlib.util.find_spec("trl") is None:
         skipped.append(("trl GMPOTrainer", "trl is not installed here"))
     else:

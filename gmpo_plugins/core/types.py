@@ -15,7 +15,7 @@ Shapes (padded layout, B sequences, T response positions):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 import torch
 
@@ -28,7 +28,7 @@ Clip = Literal["token", "sequence", "none"]
 """Where the GMPO family clips: per token (gmpo), on the sequence mean (gmpo_seqclip), or not."""
 
 # a count may be fractional: TRL scales its token count by accumulation / steps_per_generation
-Count = Union[int, float, torch.Tensor]
+Count = int | float | torch.Tensor
 
 
 @dataclass

@@ -161,7 +161,9 @@ def test_gspo_clips_the_sequence_ratio():
     assert torch.allclose(inputs.log_probs.grad, torch.full((1, 2), s / 2, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("estimator, value", [("k1", -math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", 1 - math.log(2))])
+@pytest.mark.parametrize(
+    "estimator, value", [("k1", -math.log(2)), ("k2", math.log(2) ** 2 / 2), ("k3", 1 - math.log(2))]
+)
 def test_kl_term_added_per_sequence(estimator, value):
     # ref - log_probs = ln 2 on both tokens; r = 0, A = 1 -> policy part -1.
     inputs = one_sequence([0.0, 0.0], 1.0)

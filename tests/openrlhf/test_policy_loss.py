@@ -118,7 +118,12 @@ BUILTIN = [
     dict(policy_loss_type="ppo", token_level_loss=False, clip_eps_low=0.1, clip_eps_high=0.3),
     dict(policy_loss_type="ppo", dual_clip=3.0),
     dict(policy_loss_type="ppo", is_correction_level="token"),
-    dict(policy_loss_type="ppo", is_correction_level="token", is_correction_mode="clip", is_correction_threshold=(0.9, 1.1)),
+    dict(
+        policy_loss_type="ppo",
+        is_correction_level="token",
+        is_correction_mode="clip",
+        is_correction_threshold=(0.9, 1.1),
+    ),
     dict(policy_loss_type="ppo", is_correction_level="seq", is_correction_threshold=(0.97, 1.03)),
     dict(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4),
     dict(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4, is_correction_level="seq"),

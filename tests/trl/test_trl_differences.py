@@ -2,7 +2,8 @@
 ``GMPOTrainer._compute_loss`` on given tensors), in float64.
 
 Where semantics coincide (every row has a valid token, |log ratio| < 20) loss, gradient
-and clip/KL metrics are equal (1e-12; 1e-7 for TRL's float32 clip counts). The differences by design are pinned with numbers:
+and clip/KL metrics are equal (1e-12; 1e-7 for TRL's float32 clip counts). The differences
+by design are pinned with numbers:
 empty rows (loss value only), the overflow guard, the metrics each side logs, and the
 MoE router loss that TRL's GMPOTrainer drops."""
 
