@@ -237,6 +237,8 @@ def run_in_subprocess(
     The child's stderr and any stdout line that is not a record go to ``log_path``;
     a non-zero exit raises RunFailed quoting the log's last lines.
     """
+    if runner.python is None:
+        raise BackendError(f"framework {runner.framework!r} runs in this process, not in a subprocess")
     command = [
         runner.python,
         "-m",

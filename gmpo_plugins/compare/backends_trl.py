@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import types
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 
@@ -68,7 +68,10 @@ class _TrainerStandIn:
         self.model = types.SimpleNamespace(training=True)
         self.current_gradient_accumulation_steps = accumulation
         self.accelerator = SingleProcessAccelerator(num_processes)
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
         self._log_probs = log_probs
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
 
@@ -131,7 +134,8 @@ class TrlBackend:
             "num_items_in_batch": torch.as_tensor(tokens, device=device),
         }
         stand_in = _TrainerStandIn(args, get_loss(loss_name), loss_hparams, log_probs, accumulation, processes)
-        loss = RegistryGRPOTrainer._compute_loss(stand_in, None, inputs)
+        # the stand-in carries every attribute _compute_loss reads (see _TrainerStandIn)
+        loss = RegistryGRPOTrainer._compute_loss(cast(RegistryGRPOTrainer, stand_in), None, inputs)
         metrics: dict[str, Metric] = {}
         for name, values in stand_in._metrics["train"].items():
             if name != "entropy":

@@ -139,6 +139,8 @@ def evaluate(backend: LossBackend, loss_name: str, case: ParityCase, splits: int
         loss.backward()
         total += float(loss.detach().double())
         metrics = {key: float(value) for key, value in raw.items()}
+    if log_probs.grad is None:
+        raise RuntimeError(f"{backend.name}: the loss of {loss_name} does not depend on log_probs")
     return Evaluation(total, log_probs.grad.double(), metrics if splits == 1 else {})
 
 
@@ -207,7 +209,8 @@ def compare_target(target: ParityTarget, loss_name: str, cases: list[ParityCase]
 
 
 def _framework_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
-    targets, skipped = [], []
+    targets: list[ParityTarget] = []
+    skipped: list[tuple[str, str]] = []
     for info in FRAMEWORKS.values():
         if info.import_name is None:
             continue
