@@ -1,0 +1,43 @@
+"""Names in SkyRL's PolicyLossRegistry: ours where free, the prefix where SkyRL has a
+built-in of that name, never a SkyRL built-in replaced, registering twice harmless."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from gmpo_plugins.adapters.skyrl import PREFIX, is_ours, register_losses
+from gmpo_plugins.core.registry import list_losses
+
+
+def test_every_loss_is_registered_and_gspo_only_prefixed(registered):
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    by_loss = {name.loss: name for name in registered}
+    assert set(by_loss) == {spec.name for spec in list_losses()}
+    for spec in list_losses():
+        fn = PolicyLossRegistry.get(PREFIX + spec.name)
+        assert is_ours(fn) and fn.loss == spec.name
+    gspo = by_loss["gspo"]
+    assert gspo.bare is None and "SkyRL's built-in" in gspo.taken_by and "gspo_policy_loss" in gspo.taken_by
+    assert not is_ours(PolicyLossRegistry.get("gspo"))
+    assert by_loss["gmpo"].bare == "gmpo" and PolicyLossRegistry.get("gmpo").loss == "gmpo"
+    for builtin in ("regular", "dual_clip", "cispo", "sapo", "cross_entropy"):
+        assert not is_ours(PolicyLossRegistry.get(builtin))
+
+
+def test_registering_twice_is_harmless(registered):
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    before = {name: PolicyLossRegistry.get(name) for name in PolicyLossRegistry.list_available()}
+    assert register_losses() == registered
+    after = {name: PolicyLossRegistry.get(name) for name in PolicyLossRegistry.list_available()}
+    assert after == before
+
+
+def test_names_table_from_the_command_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "gmpo_plugins.adapters.skyrl", "--names"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "gmpo              gmpo  or  gmpo_plugins.gmpo" in out
+    assert "gspo              gmpo_plugins.gspo  ('gspo' alone is SkyRL's built-in" in out
