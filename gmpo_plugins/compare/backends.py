@@ -153,6 +153,7 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "verl": FrameworkInfo("verl", "gmpo_plugins.compare.backends_verl", "verl"),
     "openrlhf": FrameworkInfo("openrlhf", "gmpo_plugins.compare.backends_openrlhf", "openrlhf"),
     "trl": FrameworkInfo("trl", "gmpo_plugins.compare.backends_trl", "trl"),
+    "skyrl": FrameworkInfo("skyrl", "gmpo_plugins.compare.backends_skyrl", "skyrl"),
 }
 
 
