@@ -8,6 +8,8 @@
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
+    nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
+                      registry actor, on CPU)
     nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -117,6 +119,38 @@ def openrlhf(session: nox.Session) -> None:
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
     env = {"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"}
     session.run("pytest", "tests/openrlhf", *WARNINGS_REPORTED, *session.posargs, env=env)
+    session.run("gmpo-plugins", "parity", env=env)
+
+
+# skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
+# the policy-loss path imports; the rest of that extra (flash-attn, vllm-router, nixl, ...)
+# serves GPU training and rollout
+SKYRL = "skyrl==0.3.0"
+SKYRL_REQUIREMENTS = (
+    "skyrl-gym==0.4.0", "ray==2.56.0", "hydra-core==1.3.2", "omegaconf", "loguru", "jaxtyping", "pydantic", "fsspec",
+)
+
+
+@nox.session
+def skyrl(session: nox.Session) -> None:
+    """SkyRL adapter against skyrl 0.3.0 on CPU: registration (also through SkyRL's Ray registry
+    actor), loss and gradient vs the core through SkyRL's advantage pre-scaling for every
+    reduction, micro-batches and ranks, refusals; then `gmpo-plugins parity` (the adapter
+    must match the core; SkyRL's own regular/gspo are reported).
+
+    tests/skyrl/shims (on PYTHONPATH for the tests and parity only) lets skyrl 0.3.0 import
+    on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
+    """
+    session.install(TORCH)
+    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
+    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
+    with open(constraints, "w") as handle:
+        handle.write(TORCH + "\n")
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
+    session.install("-c", constraints, "-e", ".[test]")
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
+    env = {"PYTHONPATH": shims}
+    session.run("pytest", "tests/skyrl", *session.posargs, env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 

@@ -58,9 +58,10 @@ def algorithm_fields(loss_name: str, hparams: Mapping[str, Any], width: int) -> 
                 f"skyrl: {loss_name} hyper-parameter {name}={value!r} cannot be set through SkyRL's "
                 f"trainer.algorithm config (only {sorted(FIELDS)}); keep its default {spec.defaults.get(name)!r}"
             )
-    reduction = SKYRL_REDUCTION[hparams["reduction"]] if "reduction" in hparams else "sequence_mean"
-    if not spec.sequence_level and "reduction" not in hparams:
-        reduction = "token_mean"
+    if "reduction" in hparams:
+        reduction = SKYRL_REDUCTION[hparams["reduction"]]
+    else:
+        reduction = "sequence_mean" if spec.sequence_level else "token_mean"
     norm_length = hparams.get("norm_length")
     return {
         "eps_clip_low": hparams.get("eps_low", 0.2),
