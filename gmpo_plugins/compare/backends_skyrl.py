@@ -33,7 +33,8 @@ PYTHONPATH (see docs/integrations/skyrl.md).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 
@@ -41,9 +42,17 @@ from gmpo_plugins.compare.backends import BackendError, Metric
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
-FIELDS = {"eps_low": "eps_clip_low", "eps_high": "eps_clip_high", "reduction": "loss_reduction", "norm_length": "max_seq_len"}
-SKYRL_REDUCTION = {"token-mean": "token_mean", "seq-mean-token-mean": "sequence_mean",
-                   "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
+FIELDS = {
+    "eps_low": "eps_clip_low",
+    "eps_high": "eps_clip_high",
+    "reduction": "loss_reduction",
+    "norm_length": "max_seq_len",
+}
+SKYRL_REDUCTION = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "sequence_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
 OWN = {"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"}  # SkyRL's own implementation
 METRIC_PREFIX = "gmpo/"
 

@@ -43,8 +43,9 @@ def algorithm_config(policy_loss_type: str, loss_reduction: str, **fields: Any):
     return AlgorithmConfig(policy_loss_type=policy_loss_type, loss_reduction=loss_reduction, **fields)
 
 
-def skyrl_step(fn, batch: dict[str, torch.Tensor], config, *, dp_size: int = 1, micro_batches: int = 1,
-               rollout: bool = False):
+def skyrl_step(
+    fn, batch: dict[str, torch.Tensor], config, *, dp_size: int = 1, micro_batches: int = 1, rollout: bool = False
+):
     """SkyRL's arithmetic for one global mini-batch: the trainer's
     ``apply_loss_reduction_to_advantages_minibatch`` on the whole mini-batch, rows sharded
     over ``dp_size`` ranks, each shard split into ``micro_batches``; each micro-batch's
@@ -82,8 +83,12 @@ def skyrl_step(fn, batch: dict[str, torch.Tensor], config, *, dp_size: int = 1, 
     return total, grad
 
 
-def core_step(loss_name: str, batch: dict[str, torch.Tensor], hparams: dict[str, Any],
-              rollout_is_weights: torch.Tensor | None = None):
+def core_step(
+    loss_name: str,
+    batch: dict[str, torch.Tensor],
+    hparams: dict[str, Any],
+    rollout_is_weights: torch.Tensor | None = None,
+):
     """The core on the whole mini-batch, with the counts a framework passes
     (global_batch_size = every row, global_num_tokens = every valid token)."""
     log_probs = batch["log_probs"].clone().requires_grad_(True)

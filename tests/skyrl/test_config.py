@@ -72,7 +72,9 @@ def test_off_policy_masking_is_refused(registered, field, value):
 def test_tis_without_rollout_logprobs_is_refused(registered):
     from skyrl.train.config.config import OffPolicyCorrectionConfig
 
-    config = algorithm_config("gmpo", "sequence_mean", off_policy_correction=OffPolicyCorrectionConfig(tis_ratio_type="token"))
+    config = algorithm_config(
+        "gmpo", "sequence_mean", off_policy_correction=OffPolicyCorrectionConfig(tis_ratio_type="token")
+    )
     with pytest.raises(SkyRLConfigError, match=r"tis_ratio_type=token needs the rollout engine's log-probs"):
         _call("gmpo", config)
 

@@ -76,8 +76,9 @@ def test_gmpo_eps_is_log_space(registered):
     new = torch.tensor([[0.5, 0.3]], dtype=torch.float64, requires_grad=True)
     config = algorithm_config("gmpo", "sequence_mean", eps_clip_low=0.4, eps_clip_high=0.4)
     # SkyRL's sequence_mean: A' = A / (N |o|) = 1 / (1 * 2)
-    loss, metrics = PolicyLossRegistry.get("gmpo")(new, old, torch.full((1, 2), 0.5, dtype=torch.float64),
-                                                    config=config, loss_mask=torch.ones(1, 2))
+    loss, metrics = PolicyLossRegistry.get("gmpo")(
+        new, old, torch.full((1, 2), 0.5, dtype=torch.float64), config=config, loss_mask=torch.ones(1, 2)
+    )
     loss.backward()
     # s = (min(0.5, 0.4) + 0.3) / 2 = 0.35; loss = -A * e^0.35; only the unclipped token has gradient
     assert float(loss.detach()) == pytest.approx(-math.exp(0.35), abs=1e-12)
@@ -93,8 +94,9 @@ def test_tis_weights_are_skyrl_truncated_ratios(registered, kind):
     from skyrl.train.config.config import OffPolicyCorrectionConfig
 
     batch = make_batch()
-    correction = OffPolicyCorrectionConfig(tis_ratio_type=kind, token_tis_ratio_clip_high=1.1,
-                                           sequence_tis_ratio_clip_high=1.5)
+    correction = OffPolicyCorrectionConfig(
+        tis_ratio_type=kind, token_tis_ratio_clip_high=1.1, sequence_tis_ratio_clip_high=1.5
+    )
     config = _config("grpo", "sequence_mean", off_policy_correction=correction)
     log_ratio = (batch["old_log_probs"] - batch["rollout_logprobs"]) * batch["loss_mask"]
     if kind == "token":
@@ -117,6 +119,8 @@ def test_grpo_equals_skyrl_regular_on_moderate_ratios(registered):
     for reduction in ("token_mean", "sequence_mean", "seq_mean_token_sum_norm"):
         config = _config("grpo", reduction)
         ours = skyrl_step(PolicyLossRegistry.get("grpo"), batch, config, micro_batches=2)
-        regular = algorithm_config("regular", reduction, eps_clip_low=config.eps_clip_low, eps_clip_high=config.eps_clip_high)
+        regular = algorithm_config(
+            "regular", reduction, eps_clip_low=config.eps_clip_low, eps_clip_high=config.eps_clip_high
+        )
         theirs = skyrl_step(PolicyLossRegistry.get("regular"), batch, regular, micro_batches=2)
         _close(*ours, *theirs)

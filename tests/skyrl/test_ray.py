@@ -23,11 +23,17 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
             from skyrl.train.config import AlgorithmConfig
 
             fn = PolicyLossRegistry.get("gmpo")  # what PolicyWorkerBase.__init__ does
-            config = AlgorithmConfig(policy_loss_type="gmpo", loss_reduction="sequence_mean",
-                                     eps_clip_low=0.4, eps_clip_high=0.4)
+            config = AlgorithmConfig(
+                policy_loss_type="gmpo", loss_reduction="sequence_mean", eps_clip_low=0.4, eps_clip_high=0.4
+            )
             new = torch.tensor([[0.5, 0.3]], dtype=torch.float64)
-            loss, metrics = fn(new, torch.zeros(1, 2, dtype=torch.float64), torch.full((1, 2), 0.5, dtype=torch.float64),
-                               config=config, loss_mask=torch.ones(1, 2))
+            loss, metrics = fn(
+                new,
+                torch.zeros(1, 2, dtype=torch.float64),
+                torch.full((1, 2), 0.5, dtype=torch.float64),
+                config=config,
+                loss_mask=torch.ones(1, 2),
+            )
             prefixed = PolicyLossRegistry.get("gmpo_plugins.gspo")
             return os.getpid(), type(fn).__module__, fn.loss, prefixed.loss, float(loss), metrics["clip_ratio"]
 

@@ -1,7 +1,8 @@
 """SkyRL's own training entry point with the registry losses registered first.
 
     python -m gmpo_plugins.adapters.skyrl <SkyRL overrides>
-    python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint <SkyRL overrides>
+    python -m skyrl.train.entrypoints.main_base \\
+        trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint <SkyRL overrides>
 
 Both register the losses in the driver, then run ``skyrl.train.entrypoints.main_base.main``
 with the same overrides (``trainer.override_entrypoint`` removed: it is SkyRL's hook for
@@ -13,7 +14,7 @@ registry actor, where every worker finds it. ``--names`` prints which
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from gmpo_plugins.adapters.skyrl.registration import SkyRLName, register_losses
 
@@ -32,7 +33,7 @@ def table(names: Sequence[SkyRLName]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Register, then run SkyRL's ``main_base.main()`` on ``argv`` (default ``sys.argv[1:]``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     names = register_losses()

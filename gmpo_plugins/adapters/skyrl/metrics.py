@@ -13,7 +13,7 @@ data-parallel ranks, except keys ending in ``_min`` / ``_max`` (min / max) and i
 
 from __future__ import annotations
 
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 import torch
 
@@ -21,7 +21,7 @@ PREFIX = "gmpo/"
 SKYRL_NAMES = {"clip_frac": "clip_ratio"}
 LOGGED_BY_SKYRL = frozenset({"policy_loss"})
 
-Scalar = Union[torch.Tensor, float, int]
+Scalar = torch.Tensor | float | int
 
 
 def skyrl_metrics(metrics: Mapping[str, Scalar]) -> dict[str, float]:

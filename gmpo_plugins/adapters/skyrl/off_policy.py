@@ -16,7 +16,7 @@ the unmasked ones; the core cannot reproduce that and they are refused.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -35,10 +35,10 @@ MASKING_FIELDS = (
 def rollout_is_weights(
     config: Any,
     old_log_probs: torch.Tensor,
-    rollout_logprobs: Optional[torch.Tensor],
+    rollout_logprobs: torch.Tensor | None,
     loss_mask: torch.Tensor,
     policy_loss_type: str,
-) -> tuple[Optional[torch.Tensor], dict[str, float]]:
+) -> tuple[torch.Tensor | None, dict[str, float]]:
     """(IS weights (B, T) or (B,) or None, SkyRL's TIS metrics) for one micro-batch.
 
     Raises SkyRLConfigError naming the ``off_policy_correction`` field that cannot be

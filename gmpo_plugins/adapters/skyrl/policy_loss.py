@@ -21,7 +21,7 @@ cloudpickle; the worker looks the loss up in its own gmpo_plugins registry).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -49,8 +49,8 @@ class SkyRLPolicyLoss:
         old_log_probs: torch.Tensor,
         advantages: torch.Tensor,
         config: Any = None,
-        loss_mask: Optional[torch.Tensor] = None,
-        rollout_logprobs: Optional[torch.Tensor] = None,
+        loss_mask: torch.Tensor | None = None,
+        rollout_logprobs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         spec = get_loss(self.loss)
         hparams = hparams_from_config(spec, config, self.policy_loss_type)

@@ -17,8 +17,9 @@ is started later, SkyRL's ``initialize_ray`` (``sync_registries``) pushes them t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from gmpo_plugins.adapters.skyrl.policy_loss import SkyRLPolicyLoss
 from gmpo_plugins.core.registry import list_losses
@@ -35,8 +36,8 @@ class SkyRLName:
 
     loss: str
     prefixed: str
-    bare: Optional[str]
-    taken_by: Optional[str]
+    bare: str | None
+    taken_by: str | None
 
 
 def is_ours(fn: Any) -> bool:
@@ -59,7 +60,7 @@ def register_losses(registry: Any = None) -> list[SkyRLName]:
     taken = set(registry.list_available())
     names = []
     for spec in list_losses():
-        bare: Optional[str] = spec.name
+        bare: str | None = spec.name
         taken_by = None
         for name in (PREFIX + spec.name, spec.name):
             if name not in taken:
@@ -71,6 +72,8 @@ def register_losses(registry: Any = None) -> list[SkyRLName]:
             if name == spec.name:
                 bare, taken_by = None, _owner(current)
             else:
-                logger.warning("gmpo_plugins: SkyRL policy_loss_type %r is taken by %s; not replaced", name, _owner(current))
+                logger.warning(
+                    "gmpo_plugins: SkyRL policy_loss_type %r is taken by %s; not replaced", name, _owner(current)
+                )
         names.append(SkyRLName(spec.name, PREFIX + spec.name, bare, taken_by))
     return names
