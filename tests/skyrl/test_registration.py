@@ -41,3 +41,29 @@ def test_names_table_from_the_command_line():
     ).stdout
     assert "gmpo              gmpo  or  gmpo_plugins.gmpo" in out
     assert "gspo              gmpo_plugins.gspo  ('gspo' alone is SkyRL's built-in" in out
+
+
+def test_entry_point_registers_then_runs_skyrl_main_without_the_override(monkeypatch):
+    """``trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint`` makes SkyRL's
+    main_base call our ``main()``, which must hand SkyRL's strict config parser the other
+    overrides only. Stand-in: SkyRL's main_base module itself, which imports SkyRL's whole
+    trainer stack (torchdata, the inference clients) and starts a GPU run; only its
+    ``main()`` is replaced, to record what it would parse."""
+    import types
+
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    from gmpo_plugins.adapters.skyrl import entrypoint
+
+    seen = {}
+    stand_in = types.ModuleType("skyrl.train.entrypoints.main_base")
+    stand_in.main = lambda: seen.update(argv=list(sys.argv), losses=PolicyLossRegistry.list_available())
+    monkeypatch.setitem(sys.modules, "skyrl.train.entrypoints.main_base", stand_in)
+    monkeypatch.setattr(sys, "argv", ["main_base.py"])
+    overrides = [
+        "trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint",
+        "trainer.algorithm.policy_loss_type=gmpo",
+    ]
+    entrypoint.main(overrides)
+    assert seen["argv"] == ["main_base.py", "trainer.algorithm.policy_loss_type=gmpo"]
+    assert "gmpo" in seen["losses"] and "gmpo_plugins.gspo" in seen["losses"]
