@@ -124,10 +124,12 @@ def openrlhf(session: nox.Session) -> None:
 
 # skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
 # the policy-loss path imports; the rest of that extra (flash-attn, vllm-router, nixl, ...)
-# serves GPU training and rollout
+# serves GPU training and rollout. cloudpickle: SkyRL's registry actor falls back to pickle
+# without it, which cannot pickle SkyRL's own (decorated) built-in losses
 SKYRL = "skyrl==0.3.0"
 SKYRL_REQUIREMENTS = (
     "skyrl-gym==0.4.0", "ray==2.56.0", "hydra-core==1.3.2", "omegaconf", "loguru", "jaxtyping", "pydantic", "fsspec",
+    "cloudpickle",
 )
 
 
