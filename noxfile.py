@@ -128,7 +128,14 @@ def openrlhf(session: nox.Session) -> None:
 # without it, which cannot pickle SkyRL's own (decorated) built-in losses
 SKYRL = "skyrl==0.3.0"
 SKYRL_REQUIREMENTS = (
-    "skyrl-gym==0.4.0", "ray==2.56.0", "hydra-core==1.3.2", "omegaconf", "loguru", "jaxtyping", "pydantic", "fsspec",
+    "skyrl-gym==0.4.0",
+    "ray==2.56.0",
+    "hydra-core==1.3.2",
+    "omegaconf",
+    "loguru",
+    "jaxtyping",
+    "pydantic",
+    "fsspec",
     "cloudpickle",
 )
 

@@ -1,4 +1,4 @@
-"""SkyRL integration: every registry loss as a SkyRL ``trainer.algorithm.policy_loss_type``.
+r"""SkyRL integration: every registry loss as a SkyRL ``trainer.algorithm.policy_loss_type``.
 
 SkyRL loads no plugins through entry points; its extension point is ``PolicyLossRegistry``,
 which it ships to every Ray worker through a named registry actor. So a run registers the

@@ -1,4 +1,4 @@
-"""SkyRL's own training entry point with the registry losses registered first.
+r"""SkyRL's own training entry point with the registry losses registered first.
 
     python -m gmpo_plugins.adapters.skyrl <SkyRL overrides>
     python -m skyrl.train.entrypoints.main_base \\

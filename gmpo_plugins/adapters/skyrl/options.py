@@ -162,5 +162,7 @@ def core_advantages(
         lengths = (mask != 0).sum(-1, keepdim=True).clamp_min(1).to(advantages.dtype)
         return advantages * lengths, unit_counts
     if loss_reduction == SUM_NORM:
+        if length is None:
+            raise ValueError(f"gmpo_plugins: loss_reduction={SUM_NORM} needs max_seq_len (length=None was passed)")
         return advantages * length, unit_counts
     return advantages, unit_counts

@@ -55,7 +55,9 @@ def register_losses(registry: Any = None) -> list[SkyRLName]:
     """Register all registry losses into ``registry`` (default: SkyRL's PolicyLossRegistry)
     under the names of the module docstring; returns how each loss was named."""
     if registry is None:
-        from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry as registry
+        from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+        registry = PolicyLossRegistry
 
     taken = set(registry.list_available())
     names = []
