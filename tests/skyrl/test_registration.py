@@ -3,8 +3,11 @@ built-in of that name, never a SkyRL built-in replaced, registering twice harmle
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 from gmpo_plugins.adapters.skyrl import PREFIX, is_ours, register_losses
 from gmpo_plugins.core.registry import list_losses
@@ -67,3 +70,15 @@ def test_entry_point_registers_then_runs_skyrl_main_without_the_override(monkeyp
     entrypoint.main(overrides)
     assert seen["argv"] == ["main_base.py", "trainer.algorithm.policy_loss_type=gmpo"]
     assert "gmpo" in seen["losses"] and "gmpo_plugins.gspo" in seen["losses"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="skyrl 0.3 imports on Python >= 3.12")
+def test_skyrl_that_cannot_be_imported_is_an_import_error_saying_why():
+    """Without the test shim, skyrl 0.3 fails to import on Python 3.11 with a pydantic error;
+    register_losses turns it into an ImportError (which parity reports as a skipped target)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    code = "from gmpo_plugins.adapters.skyrl import register_losses; register_losses()"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode != 0
+    assert "ImportError: gmpo_plugins: SkyRL cannot be imported (PydanticUserError" in result.stderr
+    assert "skyrl 0.3 imports only on Python >= 3.12" in result.stderr

@@ -17,6 +17,7 @@ is started later, SkyRL's ``initialize_ray`` (``sync_registries``) pushes them t
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +52,26 @@ def _owner(fn: Callable) -> str:
     return f"SkyRL's built-in {where}" if module.split(".")[0] == "skyrl" else where
 
 
+def skyrl_policy_loss_registry() -> Any:
+    """SkyRL's ``PolicyLossRegistry``; ImportError saying why when SkyRL cannot be imported."""
+    try:
+        from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+    except Exception as exc:  # noqa: BLE001 - SkyRL fails at import with non-ImportErrors (pydantic), turned into one
+        hint = ""
+        if sys.version_info < (3, 12):
+            hint = (
+                " skyrl 0.3 imports only on Python >= 3.12: its pydantic models use typing.TypedDict, which "
+                "pydantic rejects on older Pythons."
+            )
+        raise ImportError(f"gmpo_plugins: SkyRL cannot be imported ({type(exc).__name__}: {exc}).{hint}") from exc
+    return PolicyLossRegistry
+
+
 def register_losses(registry: Any = None) -> list[SkyRLName]:
     """Register all registry losses into ``registry`` (default: SkyRL's PolicyLossRegistry)
     under the names of the module docstring; returns how each loss was named."""
     if registry is None:
-        from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
-
-        registry = PolicyLossRegistry
+        registry = skyrl_policy_loss_registry()
 
     taken = set(registry.list_available())
     names = []
