@@ -90,13 +90,14 @@ def _reduction(spec: LossSpec, config: Any, policy_loss_type: str) -> str:
     if value in accepted:
         return value
     field = _field("loss_reduction")
+    hint = ""
     if value not in CORE_REDUCTION:
         why = f"{value!r} has no gmpo-plugins reduction (token_mean, sequence_mean and seq_mean_token_sum_norm do)"
     elif spec.sequence_level:
         why = f"{spec.name} is sequence-level: its reduction is fixed by the method, a mean over sequences"
     else:
         why = f"{spec.name} is defined by its reduction {spec.defaults.get('reduction', TOKEN_MEAN)!r}"
-    hint = " (or use policy_loss_type=grpo, which has them all)" if not spec.sequence_level else ""
+        hint = " (or choose the reduction freely with policy_loss_type=grpo)"
     raise SkyRLConfigError(
         f"gmpo_plugins: {field}={value!r} cannot be honoured by policy_loss_type={policy_loss_type}: {why}. "
         f"Set {field} to one of {accepted}{hint}."
@@ -122,7 +123,7 @@ def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> d
         params["eps_high"] = getattr(config, "eps_clip_high", None)
     if "reduction" in defaults:
         params["reduction"] = CORE_REDUCTION[reduction]
-    if reduction == SUM_NORM:
+    if reduction == SUM_NORM and "norm_length" in defaults:
         params["norm_length"] = max_seq_len(config, policy_loss_type)
     check_translated_hparams(
         spec,
@@ -131,8 +132,6 @@ def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> d
         context=f"policy_loss_type={policy_loss_type}",
         error=SkyRLConfigError,
     )
-    if "norm_length" not in defaults:
-        params.pop("norm_length", None)
     return params
 
 
