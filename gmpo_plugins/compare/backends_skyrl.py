@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import BackendError, Metric
+from gmpo_plugins.compare.backends import BackendError, Metric, ParityTarget
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
@@ -161,10 +161,8 @@ def make_backend() -> SkyRLBackend:
     return SkyRLBackend()
 
 
-def parity_targets() -> Iterator[Any]:
+def parity_targets() -> Iterator[ParityTarget]:
     """The adapter, and SkyRL's own regular / gspo as references."""
-    from gmpo_plugins.compare.parity import ParityTarget
-
     yield ParityTarget("skyrl adapter", "adapter", SkyRLBackend(), note="PolicyLossRegistry, SkyRL's pre-scaling")
     yield ParityTarget(
         "skyrl regular/gspo (own)",

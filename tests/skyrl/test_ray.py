@@ -11,6 +11,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+pytestmark = pytest.mark.ray
+
 
 def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
     from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries

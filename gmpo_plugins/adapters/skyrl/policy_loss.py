@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
+from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import LossInputs
-from gmpo_plugins.core.validation import value_checks_enabled
 
 
 class SkyRLPolicyLoss:
