@@ -5,6 +5,7 @@ computes with them. Ray is slow to start on small machines (~20-30 s)."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -46,6 +47,7 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
         pid, module, gmpo, gspo, loss, clip_ratio = ray.get(Probe.remote().run.remote(), timeout=240)
     finally:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert pid != os.getpid()
     assert (module, gmpo, gspo) == ("gmpo_plugins.adapters.skyrl.policy_loss", "gmpo", "gspo")
     assert loss == pytest.approx(-1.4190675485932571, abs=1e-12)  # -exp(0.35), as test_gmpo_eps_is_log_space
