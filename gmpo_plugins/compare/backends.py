@@ -255,8 +255,8 @@ def run_in_subprocess(
         "--config",
         json.dumps(dict(config)),
     ]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+    # Popen as a context manager closes the pipe and reaps the child, also when the caller stops early
+    with log_path.open("w") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True) as process:
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith(RECORD_PREFIX):

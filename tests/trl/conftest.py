@@ -17,8 +17,9 @@ from .tiny import PROMPTS, build_model_dir, build_tokenizer  # noqa: E402
 
 # Warnings TRL and transformers emit on their own (pyproject.toml makes the rest errors):
 TRL_WARNINGS = (
-    # transformers 5 renames a TrainingArguments field that GRPOConfig still sets
-    "ignore:`gradient_checkpointing` is deprecated:FutureWarning",
+    # transformers 5 renames gradient checkpointing to activation checkpointing; GRPOConfig and
+    # GRPOTrainer still use the old field and methods (gradient_checkpointing, is_..., ..._disable)
+    r"ignore:`\w*gradient_checkpointing\w*` is deprecated:FutureWarning",
 )
 
 
