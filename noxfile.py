@@ -6,7 +6,10 @@
     nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
-    nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step, gmpo-openrlhf, Ray, on CPU)
+    nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
+                      gmpo-openrlhf, Ray, on CPU)
+    nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
+                      registry actor, on CPU)
     nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -28,6 +31,10 @@ MYPY = "mypy==2.4.1"
 DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
 
 nox.options.error_on_missing_interpreters = True
+# pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's
+# interpreter emit warnings of their own that change with their releases: their sessions report
+# warnings instead of failing on them.
+WARNINGS_REPORTED = ("-W", "default")
 
 
 @nox.session
@@ -58,7 +65,8 @@ def kernels(session: nox.Session) -> None:
     interpreter (TRITON_INTERPRET=1; on a CUDA machine, run the same tests without it)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "triton")
-    session.run("pytest", "tests/core/test_kernels.py", *session.posargs, env={"TRITON_INTERPRET": "1"})
+    session.run("pytest", "tests/core/test_kernels.py", *WARNINGS_REPORTED, *session.posargs,
+                env={"TRITON_INTERPRET": "1"})
 
 
 @nox.session
@@ -79,7 +87,7 @@ def verl(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn")
     session.install("./tests/plugins/example_plugin")
-    session.run("pytest", "tests/verl", *session.posargs)
+    session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "parity")
 
 
@@ -145,7 +153,48 @@ def openrlhf(session: nox.Session) -> None:
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
     env = {"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"}
-    session.run("pytest", "tests/openrlhf", *session.posargs, env=env)
+    session.run("pytest", "tests/openrlhf", *WARNINGS_REPORTED, *session.posargs, env=env)
+    session.run("gmpo-plugins", "parity", env=env)
+
+
+# skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
+# the policy-loss path imports; the rest of that extra (flash-attn, vllm-router, nixl, ...)
+# serves GPU training and rollout. cloudpickle: SkyRL's registry actor falls back to pickle
+# without it, which cannot pickle SkyRL's own (decorated) built-in losses
+SKYRL = "skyrl==0.3.0"
+SKYRL_REQUIREMENTS = (
+    "skyrl-gym==0.4.0",
+    "ray==2.56.0",
+    "hydra-core==1.3.2",
+    "omegaconf",
+    "loguru",
+    "jaxtyping",
+    "pydantic",
+    "fsspec",
+    "cloudpickle",
+)
+
+
+@nox.session
+def skyrl(session: nox.Session) -> None:
+    """SkyRL adapter against skyrl 0.3.0 on CPU: registration (also through SkyRL's Ray registry
+    actor), loss and gradient vs the core through SkyRL's advantage pre-scaling for every
+    reduction, micro-batches and ranks, refusals; then `gmpo-plugins parity` (the adapter
+    must match the core; SkyRL's own regular/gspo are reported).
+
+    tests/skyrl/shims (on PYTHONPATH for the tests and parity only) lets skyrl 0.3.0 import
+    on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
+    """
+    session.install(TORCH)
+    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
+    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
+    with open(constraints, "w") as handle:
+        handle.write(TORCH + "\n")
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
+    session.install("-c", constraints, "-e", ".[test]")
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
+    env = {"PYTHONPATH": shims}
+    session.run("pytest", "tests/skyrl", *session.posargs, env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 

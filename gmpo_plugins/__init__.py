@@ -6,6 +6,10 @@ implementation plugged into verl, OpenRLHF and TRL.
     out = get_loss("gmpo")(LossInputs(log_probs, old_log_probs, advantages, mask),
                            BatchInfo(dp_size=1, global_batch_size=64))
     out.loss.backward(); out.metrics["clip_frac"]
+
+Public API: the names of ``__all__`` here, and ``gmpo_plugins.plugin`` for writing a loss
+plugin. The subpackages (``core``, ``adapters``, ``compare``, ``bench``, ``cli``) are
+internal; each adapter documents its framework-facing entry points in its own docstring.
 """
 
 from gmpo_plugins.core.hookspecs import hookimpl

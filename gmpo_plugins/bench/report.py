@@ -87,6 +87,6 @@ def print_rich(result: dict) -> None:
                         measurement_rows(result)))
     console.print(table("time per token across shapes", *scaling_rows(result)))
     if result["targets"]:
-        console.print(table("targets (issue 6)", ["target", "measured", "status"], target_rows(result)))
+        console.print(table("performance targets", ["target", "measured", "status"], target_rows(result)))
     for note in result["notes"]:
         console.print(f"- {note}", highlight=False)

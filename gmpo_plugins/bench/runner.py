@@ -8,7 +8,7 @@ Result (JSON-serialisable dict):
               cpu_ms (CPU only), ns_per_token, x_floor, x_eager (wall clock), x_floor_cpu,
               x_eager_cpu (process CPU time), extra_bytes, extra_bytes_per_token
     scaling   per (loss, variant, dtype): ns/token at each shape and max/min across them
-    targets   the issue's targets for gmpo at the largest shape, with measured values
+    targets   the performance targets for gmpo at the largest shape, with measured values
     notes     what was skipped and how memory was measured
     failed    {loss: error} for losses whose call raised (a broken plugin): measured no
               further, the other losses are
@@ -113,7 +113,7 @@ def _both(row: dict, key: str) -> str:
 
 
 def _targets(rows: list[dict], device: torch.device) -> list[dict]:
-    """The issue's targets for gmpo fp32 at the largest shape; met is judged on the
+    """The performance targets for gmpo fp32 at the largest shape; met is judged on the
     wall-clock medians (the CPU-time ratio is shown next to it)."""
     gmpo = [r for r in rows if r["loss"] == "gmpo" and r["dtype"] == "fp32"]
     if not gmpo:

@@ -63,7 +63,7 @@ def parse_config(args: argparse.Namespace):
     import torch
 
     from gmpo_plugins.bench.runner import DTYPES, BenchConfig
-    from gmpo_plugins.cli.main import UsageError
+    from gmpo_plugins.cli.errors import UsageError
     from gmpo_plugins.core.registry import UnknownLossError, list_losses
 
     losses = _items(args.losses) or [spec.name for spec in list_losses()]

@@ -17,8 +17,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gmpo_plugins.cli.main import UsageError
+from gmpo_plugins.cli.errors import UsageError
+
+if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the command runs (import_compare)
+    from gmpo_plugins.compare.backends import LossBackend, Runner
+    from gmpo_plugins.compare.trainer import RLConfig
 
 DEFAULT_OUT = "gmpo-report"
 HELP_DESCRIPTION = (
@@ -94,9 +99,9 @@ class Plan:
     """Validated options: what to run where."""
 
     losses: list[str]
-    runners: dict  # framework -> backends.Runner
-    backends: dict  # framework -> LossBackend, for frameworks run in this process
-    config: object  # trainer.RLConfig
+    runners: dict[str, Runner]  # by framework
+    backends: dict[str, LossBackend]  # by framework, for frameworks run in this process
+    config: RLConfig
     out: Path
 
 

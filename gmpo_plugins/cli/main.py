@@ -10,12 +10,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from gmpo_plugins.cli import bench_cmd, list_cmd
+from gmpo_plugins.cli import bench_cmd, compare_cmd, list_cmd, parity_cmd
+from gmpo_plugins.cli.errors import UsageError
 from gmpo_plugins.core.registry import LossNameCollisionError
-
-
-class UsageError(Exception):
-    """A bad command-line value: reported in one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     list_cmd.add_parser(commands)
     bench_cmd.add_parser(commands)
-    from gmpo_plugins.cli import compare_cmd, parity_cmd  # they import UsageError from here
-
     compare_cmd.add_parser(commands)
     parity_cmd.add_parser(commands)
     return parser

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from gmpo_plugins.cli.main import UsageError
+from gmpo_plugins.cli.errors import UsageError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

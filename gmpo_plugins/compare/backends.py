@@ -61,14 +61,14 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Literal, Optional, Protocol
 
 import torch
 
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
-Metric = Union[float, torch.Tensor]
+Metric = float | torch.Tensor
 RECORD_PREFIX = "GMPO_COMPARE_RECORD "
 PYTHON_ENV_PREFIX = "GMPO_PLUGINS_PYTHON_"
 
@@ -97,6 +97,17 @@ class LossBackend(Protocol):
         batch_info: BatchInfo,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         """Scalar loss to back-propagate and metrics under core names (module docstring)."""
+
+
+@dataclass(frozen=True)
+class ParityTarget:
+    """A loss call path that ``gmpo-plugins parity`` compares with the core: an adapter
+    (must match) or a third-party reference (differences reported; ``compare.parity``)."""
+
+    label: str
+    kind: Literal["adapter", "reference"]
+    backend: LossBackend
+    note: str = ""
 
 
 class CoreBackend:
@@ -146,6 +157,7 @@ FRAMEWORKS: dict[str, FrameworkInfo] = {
     "verl": FrameworkInfo("verl", "gmpo_plugins.compare.backends_verl", "verl"),
     "openrlhf": FrameworkInfo("openrlhf", "gmpo_plugins.compare.backends_openrlhf", "openrlhf"),
     "trl": FrameworkInfo("trl", "gmpo_plugins.compare.backends_trl", "trl"),
+    "skyrl": FrameworkInfo("skyrl", "gmpo_plugins.compare.backends_skyrl", "skyrl"),
 }
 
 
@@ -230,6 +242,8 @@ def run_in_subprocess(
     The child's stderr and any stdout line that is not a record go to ``log_path``;
     a non-zero exit raises RunFailed quoting the log's last lines.
     """
+    if runner.python is None:
+        raise BackendError(f"framework {runner.framework!r} runs in this process, not in a subprocess")
     command = [
         runner.python,
         "-m",
@@ -245,8 +259,8 @@ def run_in_subprocess(
         "--config",
         json.dumps(dict(config)),
     ]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+    # Popen as a context manager closes the pipe and reaps the child, also when the caller stops early
+    with log_path.open("w") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True) as process:
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith(RECORD_PREFIX):

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
-from gmpo_plugins.compare.backends import BackendError, Metric
+from gmpo_plugins.compare.backends import BackendError, Metric, ParityTarget
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
@@ -139,8 +139,6 @@ def make_backend() -> OpenRLHFBackend:
 
 def parity_targets() -> Iterator[Any]:
     """The adapter, and OpenRLHF's own ppo / gspo as references."""
-    from gmpo_plugins.compare.parity import ParityTarget
-
     yield ParityTarget("openrlhf adapter", "adapter", OpenRLHFBackend(), note="patched PolicyLoss")
     yield ParityTarget(
         "openrlhf ppo/gspo (own)",

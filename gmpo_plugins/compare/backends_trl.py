@@ -25,20 +25,15 @@ from __future__ import annotations
 
 import types
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 
+from gmpo_plugins.adapters.trl.metrics import FROM_TRL
 from gmpo_plugins.compare.backends import Metric
+from gmpo_plugins.compare.references_trl import SingleProcessAccelerator
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
-
-FROM_TRL = {
-    "clip_ratio/low_mean": "clip_frac_low",
-    "clip_ratio/high_mean": "clip_frac_high",
-    "clip_ratio/region_mean": "clip_frac",
-    "clip_ratio/dual_mean": "clip_frac_dual",
-}
 
 
 def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -61,7 +56,6 @@ class _TrainerStandIn:
 
     def __init__(self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float,
                  num_processes: int) -> None:
-        from gmpo_plugins.adapters.trl.reference import SingleProcessAccelerator
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
         self.args = args
@@ -74,7 +68,10 @@ class _TrainerStandIn:
         self.model = types.SimpleNamespace(training=True)
         self.current_gradient_accumulation_steps = accumulation
         self.accelerator = SingleProcessAccelerator(num_processes)
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
         self._log_probs = log_probs
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
 
@@ -137,7 +134,8 @@ class TrlBackend:
             "num_items_in_batch": torch.as_tensor(tokens, device=device),
         }
         stand_in = _TrainerStandIn(args, get_loss(loss_name), loss_hparams, log_probs, accumulation, processes)
-        loss = RegistryGRPOTrainer._compute_loss(stand_in, None, inputs)
+        # the stand-in carries every attribute _compute_loss reads (see _TrainerStandIn)
+        loss = RegistryGRPOTrainer._compute_loss(cast(RegistryGRPOTrainer, stand_in), None, inputs)
         metrics: dict[str, Metric] = {}
         for name, values in stand_in._metrics["train"].items():
             if name != "entropy":

@@ -26,18 +26,12 @@ from typing import Any, Mapping
 
 import torch
 
+from gmpo_plugins.adapters.verl.options import FIELDS
 from gmpo_plugins.compare.backends import BackendError, Metric
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
-FIELDS = {
-    "eps_low": "clip_ratio_low",
-    "eps_high": "clip_ratio_high",
-    "dual_clip": "clip_ratio_c",
-    "reduction": "loss_agg_mode",
-    "norm_length": "loss_scale_factor",
-}
 METRIC_PREFIX = "actor/gmpo/"
 
 

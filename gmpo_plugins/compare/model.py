@@ -28,7 +28,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gmpo_plugins.compare.task import Problem, ReverseTask
+from gmpo_plugins.compare.encoding import encode_answers, encode_prompts
+from gmpo_plugins.compare.rollout import collect_rollout
+from gmpo_plugins.compare.task import ReverseTask
 
 
 class ModelLoadError(Exception):
@@ -128,31 +130,11 @@ def response_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return logits[:, prompt_len - 1 : -1].float()
 
 
-def encode_prompts(tokenizer, problems: list[Problem], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and attention mask, both (B, P)."""
-    encoded = tokenizer([p.prompt for p in problems], add_special_tokens=False, padding=True, return_tensors="pt")
-    return encoded.input_ids.to(device), encoded.attention_mask.to(device)
-
-
-def encode_answers(tokenizer, problems: list[Problem], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded answer ids followed by EOS, and their mask, both (B, T)."""
-    rows = [tokenizer(p.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for p in problems]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    return ids.to(device), mask.to(device)
-
-
 def warm_up(model, tokenizer, task: ReverseTask, config: ModelConfig, seed: int, device: torch.device) -> WarmupResult:
     """Supervised warm-up until the sampled success rate reaches ``config.warmup_target``.
 
     Loss per step: mean over answer tokens (EOS included) of -log p(token | prefix).
     """
-    from gmpo_plugins.compare.rollout import collect_rollout
-
     generator = torch.Generator().manual_seed(seed)
     check_problems = task.sample(config.warmup_check_prompts, torch.Generator().manual_seed(seed + 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.warmup_lr)

@@ -41,26 +41,17 @@ import importlib.util
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Optional
 
 import torch
 
-from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend
+from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget
+from gmpo_plugins.compare.references import reference_targets
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
 TOLERANCE = 1e-6
 SPLITS = (2, 4)
-
-
-@dataclass(frozen=True)
-class ParityTarget:
-    """A loss call path to compare with the core (module docstring)."""
-
-    label: str
-    kind: Literal["adapter", "reference"]
-    backend: LossBackend
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,6 +149,8 @@ def evaluate(backend: LossBackend, loss_name: str, case: ParityCase, splits: int
         loss.backward()
         total += float(loss.detach().double())
         metrics = {key: float(value) for key, value in raw.items()}
+    if log_probs.grad is None:
+        raise RuntimeError(f"{backend.name}: the loss of {loss_name} does not depend on log_probs")
     return Evaluation(total, log_probs.grad.double(), metrics if splits == 1 else {})
 
 
@@ -232,7 +225,8 @@ def compare_target(target: ParityTarget, loss_name: str, cases: list[ParityCase]
 
 
 def _framework_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
-    targets, skipped = [], []
+    targets: list[ParityTarget] = []
+    skipped: list[tuple[str, str]] = []
     for info in FRAMEWORKS.values():
         if info.import_name is None:
             continue
@@ -254,8 +248,6 @@ def _framework_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
 
 def discover_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
     """(targets, skipped (label, reason)) in the order of the module docstring."""
-    from gmpo_plugins.compare.references import reference_targets
-
     targets = [ParityTarget("core", "adapter", CoreBackend(), note="baseline; split behaviour checked")]
     found, skipped = _framework_targets()
     references, skipped_references = reference_targets()

@@ -19,7 +19,7 @@ sequence by the geometric mean of its token weights, gspo each token's gradient 
 weight; the core's defaults (``rollout_is_aggregation``) are the same.
 
 trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run on the given
-                tensors by ``gmpo_plugins.adapters.trl.TrlGMPOBackend`` (a stand-in trainer
+                tensors by ``compare.references_trl.TrlGMPOBackend`` (a stand-in trainer
                 returns them as the model's log-probs; G = N / b accumulation steps, as
                 TRL's trainer divides each micro-batch mean). It counts rows without a valid
                 token in its mean with their constant -A_i, has no overflow guard, and
@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from gmpo_plugins.compare.backends import ParityTarget
 from gmpo_plugins.core.types import BatchInfo
 
 VERL_METRICS = {
@@ -112,18 +113,17 @@ def verl_gspo() -> VerlPolicyLoss:
 
 def reference_targets() -> tuple[list, list[tuple[str, str]]]:
     """(importable reference targets, skipped (label, reason))."""
-    from gmpo_plugins.compare.parity import ParityTarget
-
     targets, skipped = [], []
     if importlib.util.find_spec("verl") is None:
         skipped.append(("verl geo_mean / gspo", "verl is not installed here"))
     else:
+        note = "function only, see references.py"
         for backend in (verl_geo_mean(), verl_gspo()):
-            targets.append(ParityTarget(backend.name, "reference", backend, note="function only, see references.py"))
+            targets.append(ParityTarget(backend.name, "reference", backend, note=note))
     if importlib.util.find_spec("trl") is None:
         skipped.append(("trl GMPOTrainer", "trl is not installed here"))
     else:
-        from gmpo_plugins.adapters.trl import TrlGMPOBackend
+        from gmpo_plugins.compare.references_trl import TrlGMPOBackend
 
         targets.append(ParityTarget(TrlGMPOBackend.name, "reference", TrlGMPOBackend(), note="TRL's own _compute_loss"))
     return targets, skipped

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gmpo_plugins.compare.model import encode_prompts
+from gmpo_plugins.compare.encoding import encode_prompts
 from gmpo_plugins.compare.task import Problem, reward
 
 
@@ -126,10 +126,10 @@ def collect_rollout(
     response_ids = input_ids[:, prompt_len:]
     texts = [
         completion_text(tokenizer, row[m].tolist(), bool(done))
-        for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu())
+        for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu(), strict=True)
     ]
     rewards = torch.tensor(
-        [reward(text, bool(done), p.answer) for text, done, p in zip(texts, finished.cpu(), repeated)],
+        [reward(text, bool(done), p.answer) for text, done, p in zip(texts, finished.cpu(), repeated, strict=True)],
         dtype=torch.float32,
         device=device,
     )

@@ -1,4 +1,4 @@
-"""One (framework, loss) RL run in this interpreter, records on stdout.
+r"""One (framework, loss) RL run in this interpreter, records on stdout.
 
     python -m gmpo_plugins.compare.run_one --framework verl --loss gmpo \\
         --model REPORT/model-init --device cpu --config '{"steps": 30, ...}'

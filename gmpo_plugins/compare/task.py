@@ -52,7 +52,7 @@ class ReverseTask:
         lengths = torch.randint(self.min_digits, self.max_digits + 1, (n,), generator=generator)
         digits = torch.randint(0, 10, (n, self.max_digits), generator=generator)
         problems = []
-        for row, length in zip(digits.tolist(), lengths.tolist()):
+        for row, length in zip(digits.tolist(), lengths.tolist(), strict=True):
             text = "".join(str(d) for d in row[:length])
             problems.append(Problem(prompt=text + SEP, answer=text[::-1]))
         return problems

@@ -26,3 +26,13 @@ def one_sided_clip(
     below = negative & (values < -eps_low)
     clipped = torch.where(above, eps_high, torch.where(below, -eps_low, values))
     return clipped, below, above
+
+
+def required_eps(clip: str, eps_low: float | None, eps_high: float | None) -> tuple[float, float]:
+    """``(eps_low, eps_high)`` for a clipping variant (``clip`` is ``"token"`` or ``"sequence"``);
+    ValueError naming the missing bound when either is None (only ``clip="none"`` runs without)."""
+    for name, value in (("eps_low", eps_low), ("eps_high", eps_high)):
+        if value is None:
+            raise ValueError(f"clip={clip!r} needs {name}: expected a float > 0 (a log-space bound), got None")
+    assert eps_low is not None and eps_high is not None  # narrowed by the loop above
+    return eps_low, eps_high

@@ -9,7 +9,7 @@ declared here. Third-party distributions expose one through an entry point in th
     my_losses = "my_package.losses"
 
     # my_package/losses.py
-    from gmpo_plugins import LossSpec, hookimpl
+    from gmpo_plugins.plugin import LossSpec, hookimpl
 
     @hookimpl
     def gmpo_plugins_losses():
@@ -38,11 +38,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def gmpo_plugins_losses() -> Iterable["LossSpec"]:
     """Return the losses this plugin provides.
 
-    :return: an iterable of :class:`gmpo_plugins.LossSpec`. Each name must be unique
-        across all installed plugins: a name claimed twice is an error naming both
-        distributions, never a silent override.
-
     Called once per process, when the registry is first used. The function of each spec
-    must follow the loss contract ``fn(inputs: LossInputs, batch: BatchInfo, **hparams)
-    -> LossOutput`` with every accepted hyper-parameter listed in ``spec.defaults``.
+    must follow the loss contract ``LossFn``: ``fn(inputs: LossInputs, batch: BatchInfo,
+    **hparams) -> LossOutput`` with every accepted hyper-parameter listed in ``spec.defaults``.
+
+    Returns:
+        An iterable of ``gmpo_plugins.plugin.LossSpec``. Each name must be unique across all
+        installed plugins: a name claimed twice is an error naming both distributions, never
+        a silent override.
     """
+    raise NotImplementedError  # a specification: pluggy calls the plugins' implementations

@@ -6,14 +6,16 @@ they stay free of host-device synchronisation.
 
 from __future__ import annotations
 
+from typing import Final, get_args
+
 import torch
 
-from gmpo_plugins.core.types import BatchInfo
+from gmpo_plugins.core.types import BatchInfo, Reduction
 
-TOKEN_MEAN = "token-mean"
-SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
-SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
-REDUCTIONS = (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
+TOKEN_MEAN: Final = "token-mean"
+SEQ_MEAN_TOKEN_MEAN: Final = "seq-mean-token-mean"
+SEQ_MEAN_TOKEN_SUM_NORM: Final = "seq-mean-token-sum-norm"
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -77,7 +79,7 @@ def reduce_tokens(
     token_loss: torch.Tensor,
     mask: torch.Tensor,
     batch: BatchInfo,
-    reduction: str,
+    reduction: Reduction,
     norm_length: int | None = None,
 ) -> torch.Tensor:
     """Micro-batch loss from per-token losses (B, T) under one of ``REDUCTIONS``.

@@ -18,6 +18,8 @@ import difflib
 import importlib.metadata
 import os
 import warnings
+from collections.abc import Iterable
+from typing import Optional
 
 import pluggy
 
@@ -102,10 +104,7 @@ class LossRegistry:
         for impl in self.plugin_manager.hook.gmpo_plugins_losses.get_hookimpls():  # registration order
             distribution = self._providers.get(impl.plugin_name, impl.plugin_name)
             try:
-                provided = list(impl.function())
-                bad = [spec for spec in provided if not isinstance(spec, LossSpec)]
-                if bad:
-                    raise TypeError(f"expected LossSpec objects, got {bad[0]!r}")
+                provided = _loss_specs(impl.function())
             except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
                 warnings.warn(
                     f"gmpo_plugins: plugin {impl.plugin_name!r} from distribution {distribution!r} "
@@ -160,3 +159,15 @@ def get_loss(name: str) -> LossSpec:
 def list_losses() -> list[LossSpec]:
     """Every registered loss, sorted by name; ``spec.provider`` names its distribution."""
     return default_registry().specs()
+
+
+def _loss_specs(returned: object) -> list[LossSpec]:
+    """What a ``gmpo_plugins_losses`` implementation returned, as a list; TypeError naming the
+    first thing that is not a ``LossSpec``."""
+    if not isinstance(returned, Iterable):
+        raise TypeError(f"expected an iterable of LossSpec objects, got {returned!r}")
+    provided = list(returned)
+    bad = [spec for spec in provided if not isinstance(spec, LossSpec)]
+    if bad:
+        raise TypeError(f"expected LossSpec objects, got {bad[0]!r}")
+    return [spec for spec in provided if isinstance(spec, LossSpec)]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Optional, Protocol
 
 import torch
 
@@ -20,7 +20,22 @@ from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
 
-LossFn = Callable[..., LossOutput]
+
+class LossFn(Protocol):
+    """What ``LossSpec.fn`` is: ``fn(inputs, batch, **hparams) -> LossOutput``.
+
+    The registry calls it with ``inputs`` and ``batch`` positionally and every
+    hyper-parameter of ``LossSpec.defaults`` (updated by the caller's overrides, already
+    checked) as a keyword, so a loss declares its hyper-parameters as keyword arguments
+    (or takes ``**hparams``) and ``LossSpec.defaults`` lists all of them. The type checks
+    the two positional arguments and the result; keywords are checked by the registry.
+    """
+
+    def __call__(self, inputs: LossInputs, batch: BatchInfo, /, *args: Any, **hparams: Any) -> LossOutput:
+        """The micro-batch loss of ``inputs`` normalised by ``batch`` (``LossOutput``)."""
+        ...
+
+
 _warned_no_grad: set[str] = set()
 
 
@@ -123,7 +138,7 @@ class LossSpec:
         params = self.resolve(hparams)
         batch = BatchInfo() if batch is None else batch
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
-        validate_batch_info(batch, values=validate, mask=inputs.mask)
+        validate_batch_info(batch, values=validate)
         wants_grad = torch.is_grad_enabled() and inputs.log_probs.requires_grad
         if torch.is_grad_enabled() and not wants_grad and self.name not in _warned_no_grad:
             _warned_no_grad.add(self.name)

@@ -15,11 +15,20 @@ Shapes (padded layout, B sequences, T response positions):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Literal, Optional
 
 import torch
 
-Count = Union[int, torch.Tensor]
+Reduction = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+"""How per-token losses become the micro-batch loss (``core.reduce.reduce_tokens``)."""
+Impl = Literal["auto", "eager", "torch", "triton"]
+"""Which path computes a built-in loss: ``"eager"`` the unfused formulation (the test oracle),
+the others the fused kernels (``core.kernels.dispatch``)."""
+Clip = Literal["token", "sequence", "none"]
+"""Where the GMPO family clips: per token (gmpo), on the sequence mean (gmpo_seqclip), or not."""
+
+# a count may be fractional: TRL scales its token count by accumulation / steps_per_generation
+Count = int | float | torch.Tensor
 
 
 @dataclass

@@ -5,42 +5,20 @@ Values (finite at valid positions, 0/1 mask, IS weights >= 0, one advantage per 
 read tensor contents and therefore synchronise with the device: they run when a loss is
 called with ``validate=True``.
 
-Framework adapters call a loss once per micro-batch; they ask ``value_checks_enabled``
-whether to check values, which follows ``GMPO_PLUGINS_VALIDATE``:
-
-    first   (default) the first call of each loss in a process: catches integration
-            mistakes (layout, mask, advantages) without a sync on every micro-batch
-    always  every call (debugging)
-    never   no value checks
+Framework adapters decide per call whether to ask for value checks
+(``adapters._common.value_checks_enabled``, ``GMPO_PLUGINS_VALIDATE``).
 """
 
 from __future__ import annotations
 
 import math
-import os
+from typing import Optional
 
 import torch
 
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 _ADVANTAGE_TOLERANCE = 1e-5
-VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
-VALIDATE_MODES = ("first", "always", "never")
-_value_checked: set[str] = set()
-
-
-def value_checks_enabled(key: str) -> bool:
-    """Whether an adapter should check values on this call of the loss ``key`` (module
-    docstring); raises ValueError naming GMPO_PLUGINS_VALIDATE for an unknown mode."""
-    mode = os.environ.get(VALIDATE_ENV, "first") or "first"
-    if mode not in VALIDATE_MODES:
-        raise ValueError(f"{VALIDATE_ENV}: expected one of {list(VALIDATE_MODES)}, got {mode!r}")
-    if mode != "first":
-        return mode == "always"
-    if key in _value_checked:
-        return False
-    _value_checked.add(key)
-    return True
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:
@@ -103,10 +81,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
     if inputs.ref_log_probs is not None:
         _require_shape("ref_log_probs", inputs.ref_log_probs, bt, "(B, T)")
     for name in ("advantages", "rollout_is_weights"):
-        tensor = tensors[name]
-        if tensor is not None and tuple(tensor.shape) not in ((batch_size,), bt):
+        optional = tensors[name]
+        if optional is not None and tuple(optional.shape) not in ((batch_size,), bt):
             raise ValueError(
-                f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(tensor.shape)}"
+                f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(optional.shape)}"
             )
 
     if not values or log_probs.numel() == 0:  # an empty micro-batch has no value to check
@@ -117,9 +95,9 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             raise ValueError(f"mask: expected bool or 0/1 values, got other values (dtype {mask.dtype})")
         mask = mask != 0
     for name in ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights"):
-        tensor = inputs.log_probs if name == "log_probs" else tensors[name]
-        if tensor is not None:
-            _require_finite(name, tensor, mask)
+        optional = inputs.log_probs if name == "log_probs" else tensors[name]
+        if optional is not None:
+            _require_finite(name, optional, mask)
     weights = inputs.rollout_is_weights
     if weights is not None:
         valid = mask if weights.dim() == 2 else mask.any(-1)
@@ -141,16 +119,15 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             )
 
 
-def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: torch.Tensor | None = None) -> None:
+def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
     """Raise ValueError/TypeError naming the bad field of ``batch``.
 
     Without reading a tensor: ``dp_size`` an int >= 1; a count given as a Python number
     finite and > 0, ``global_batch_size`` a whole number; a tensor count one element, not
-    bool. With ``values`` (which synchronises): tensor counts finite and > 0, and, given the
-    micro-batch's ``mask``, ``global_batch_size`` >= its sequences with a valid token and
-    ``global_num_tokens`` >= its valid tokens when they are Python numbers (a global count is
-    over every micro-batch and rank; adapters that pass per-accumulation-step averages as
-    tensors are not held to this). ``global_num_tokens`` may be fractional (such averages).
+    bool. With ``values`` (which synchronises): tensor counts finite and > 0.
+    ``global_num_tokens`` may be fractional, and neither count is compared with the
+    micro-batch's own: adapters pass rescaled counts (OpenRLHF per-accumulation-step
+    averages, SkyRL unit counts with pre-scaled advantages) that may legitimately be smaller.
     A missing count with ``dp_size > 1`` is refused by the reduction that needs it
     (``reduce.require_global_count``).
     """
@@ -172,19 +149,3 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True, mask: torch.Te
             raise ValueError(f"batch.{name}: expected a finite number > 0 or None, got {value!r}")
         if name == "global_batch_size" and not float(value).is_integer():
             raise ValueError(f"batch.{name}: expected a whole number of sequences, got {value!r}")
-    if not values or mask is None:
-        return
-    valid = mask if mask.dtype == torch.bool else mask != 0
-    local = {
-        "global_batch_size": ("sequences with a valid token", valid.any(-1)),
-        "global_num_tokens": ("valid tokens", valid),
-    }
-    for name, (what, counted) in local.items():
-        value = getattr(batch, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            count = int(counted.sum())
-            if value < count:
-                raise ValueError(
-                    f"batch.{name}={value!r} is smaller than this micro-batch's {count} {what}: the global "
-                    "count is over every micro-batch and data-parallel rank of the optimizer step"
-                )

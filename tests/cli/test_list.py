@@ -12,7 +12,9 @@ import pytest
 
 from gmpo_plugins.cli import main
 
-BUILTINS = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"}
+from ..registry_names import builtin_losses
+
+BUILTINS = set(builtin_losses())
 
 
 def test_json_lists_every_loss_with_provider_and_defaults(capsys):

@@ -6,9 +6,9 @@ import sys
 
 import torch
 
-from conftest import read_records, without_timing
-
 from gmpo_plugins.cli.main import main
+
+from .records import read_records, without_timing
 
 FILES = ("metrics.jsonl", "report.md", "reward.png", "ratio_range.png", "entropy.png", "kl.png")
 

@@ -85,10 +85,10 @@ def ppo_token_reference(log_probs, old, adv, mask, *, eps_low=0.2, eps_high=0.2,
                 continue
             a = adv[i] if adv.dim() == 1 else adv[i, t]
             ratio = torch.exp((log_probs[i, t] - old[i, t]).clamp(-GUARD, GUARD))
-            l = torch.maximum(-a * ratio, -a * ratio.clamp(1 - eps_low, 1 + eps_high))
+            term = torch.maximum(-a * ratio, -a * ratio.clamp(1 - eps_low, 1 + eps_high))
             if dual_clip is not None and a < 0:
-                l = torch.minimum(l, -a * dual_clip)
-            out[i, t] = l
+                term = torch.minimum(term, -a * dual_clip)
+            out[i, t] = term
     return out
 
 

@@ -54,7 +54,7 @@ def test_gloo_two_ranks_equal_single_process(tmp_path):
     distributed = torch.load(tmp_path / "grads.pt")
     inputs = _inputs()
     info = BatchInfo(global_batch_size=int(inputs.mask.any(-1).sum()), global_num_tokens=int(inputs.mask.sum()))
-    for name, grad in zip(NAMES, distributed):
+    for name, grad in zip(NAMES, distributed, strict=True):
         (whole,) = torch.autograd.grad(get_loss(name)(inputs, info).loss, inputs.log_probs)
         assert whole.abs().sum() > 0
         torch.testing.assert_close(grad, whole, rtol=1e-6, atol=1e-12, msg=name)

@@ -3,6 +3,8 @@ the whole-batch gradient, for every built-in loss and reduction."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -35,7 +37,7 @@ def global_info(inputs: LossInputs, dp_size: int) -> BatchInfo:
 
 def chunks(n: int, parts: int) -> list[slice]:
     bounds = [round(k * n / parts) for k in range(parts + 1)]
-    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def accumulated_grad(name: str, hparams: dict, inputs: LossInputs, ranks: int, micro: int) -> torch.Tensor:

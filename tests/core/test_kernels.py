@@ -21,8 +21,10 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, rowsum_torch, select_backend, token
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
-SEQUENCE_LOSSES = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "gspo")
-TOKEN_LOSSES = ("grpo", "dapo", "dr_grpo")
+from ..registry_names import builtin_losses
+
+SEQUENCE_LOSSES = builtin_losses(sequence_level=True)
+TOKEN_LOSSES = builtin_losses(sequence_level=False)
 FUSED_LOSSES = SEQUENCE_LOSSES + TOKEN_LOSSES
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
 
@@ -292,7 +294,7 @@ def test_blocks_cover_all_rows(monkeypatch):
     whole = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
     monkeypatch.setattr(rowsum_torch, "BLOCK_ELEMENTS", 1)
     split = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
-    for a, b in zip(whole, split):
+    for a, b in zip(whole, split, strict=True):
         assert torch.equal(a, b)
 
 

@@ -15,6 +15,7 @@ from gmpo_plugins.core.registry import LossRegistry
 
 from .batches import random_batch
 
+# the built-in set, pinned here once; other tests read it from the registry (tests/registry_names.py)
 BUILTINS = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gmpo_plugins import get_loss
-from gmpo_plugins.core.translate import check_translated_hparams
+from gmpo_plugins.adapters._common import check_translated_hparams
 
 
 class FrameworkError(ValueError):
@@ -26,7 +26,8 @@ def test_log_space_bound_is_explained_with_the_framework_setting():
 
 
 def test_ratio_space_bound_and_dual_clip():
-    with pytest.raises(FrameworkError, match=r"--fw.eps_low=1.5 .*RATIO-space bound: the ratio is clipped at 1 - eps_low"):
+    message = r"--fw.eps_low=1.5 .*RATIO-space bound: the ratio is clipped at 1 - eps_low"
+    with pytest.raises(FrameworkError, match=message):
         check("grpo", eps_low=1.5)
     with pytest.raises(FrameworkError, match=r"--fw.dual_clip=0.9 .*dual-clip PPO"):
         check("grpo", dual_clip=0.9)

@@ -140,7 +140,7 @@ def test_structure_is_checked_even_without_value_validation():
 
 
 def test_value_check_policy_for_adapters(monkeypatch):
-    from gmpo_plugins.core import validation
+    from gmpo_plugins.adapters import _common as validation
 
     monkeypatch.setattr(validation, "_value_checked", set())
     monkeypatch.delenv("GMPO_PLUGINS_VALIDATE", raising=False)
@@ -153,3 +153,18 @@ def test_value_check_policy_for_adapters(monkeypatch):
     monkeypatch.setenv("GMPO_PLUGINS_VALIDATE", "sometimes")
     with pytest.raises(ValueError, match=r"GMPO_PLUGINS_VALIDATE: expected one of \['first', 'always', 'never'\]"):
         validation.value_checks_enabled("fw:gmpo")
+
+
+@pytest.mark.parametrize("impl", ["eager", "torch"])
+@pytest.mark.parametrize("clip", ["token", "sequence"])
+def test_clipping_family_member_without_an_eps_names_it(clip, impl):
+    # geometric_mean_loss is the family's shared body: a clipping variant called without a bound
+    # is refused with the bound's name, not a TypeError from inside torch.where
+    from gmpo_plugins.core.losses.gmpo import geometric_mean_loss
+
+    inputs = random_batch(seed=0)
+    with pytest.raises(ValueError, match=f"clip='{clip}' needs eps_low"):
+        geometric_mean_loss(
+            inputs, BatchInfo(), clip=clip, normalise=True, kl_beta=0.0, kl_estimator="k3",
+            log_ratio_bound=20.0, eps_high=0.4, impl=impl,
+        )

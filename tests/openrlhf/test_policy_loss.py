@@ -118,7 +118,12 @@ BUILTIN = [
     dict(policy_loss_type="ppo", token_level_loss=False, clip_eps_low=0.1, clip_eps_high=0.3),
     dict(policy_loss_type="ppo", dual_clip=3.0),
     dict(policy_loss_type="ppo", is_correction_level="token"),
-    dict(policy_loss_type="ppo", is_correction_level="token", is_correction_mode="clip", is_correction_threshold=(0.9, 1.1)),
+    dict(
+        policy_loss_type="ppo",
+        is_correction_level="token",
+        is_correction_mode="clip",
+        is_correction_threshold=(0.9, 1.1),
+    ),
     dict(policy_loss_type="ppo", is_correction_level="seq", is_correction_threshold=(0.97, 1.03)),
     dict(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4),
     dict(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4, is_correction_level="seq"),
@@ -137,7 +142,7 @@ def test_ppo_and_gspo_are_byte_identical_to_openrlhf(loss_module, pristine_loss_
         twin.log_probs, twin.old_log_probs, twin.advantages, action_mask=twin.action_mask,
         rollout_log_probs=twin.rollout_log_probs, **info)
     assert len(ours) == len(theirs) == 5
-    for mine, other in zip(ours, theirs):
+    for mine, other in zip(ours, theirs, strict=True):
         assert (mine is None and other is None) or torch.equal(mine, other)
     ours[0].backward()
     theirs[0].backward()

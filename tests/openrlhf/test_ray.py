@@ -8,11 +8,14 @@ import os
 import sys
 import tempfile
 
+import pytest
 import torch
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from tests.openrlhf.batches import openrlhf_batch
 from tests.openrlhf.test_cli import GROUP, record_ray_init
+
+pytestmark = pytest.mark.ray
 
 
 def test_ray_worker_sees_the_patched_policy_loss(loss_module, monkeypatch):

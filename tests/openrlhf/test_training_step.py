@@ -9,7 +9,6 @@ same actor forward (plus OpenRLHF's own KL-loss term where enabled).
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 

@@ -16,7 +16,8 @@ def test_supported_range():
     assert check_version("0.11.2") == "0.11.2"
     assert check_version("0.11.9") == "0.11.9"
     for old_or_new in ("0.11.1", "0.11.0", "0.10.4", "0.12.0"):
-        with pytest.raises(UnsupportedOpenRLHFVersionError, match=rf"OpenRLHF {old_or_new} is not supported.*{SUPPORTED}"):
+        message = rf"OpenRLHF {old_or_new} is not supported.*{SUPPORTED}"
+        with pytest.raises(UnsupportedOpenRLHFVersionError, match=message):
             check_version(old_or_new)
 
 

@@ -14,9 +14,9 @@ Stand-ins: the strategy (DeepspeedStrategy needs CUDA and torch.distributed), an
 
 from __future__ import annotations
 
-import contextlib
 import math
 import tempfile
+from unittest.mock import patch
 
 import torch
 from openrlhf.models import Actor
@@ -78,16 +78,6 @@ class CPUStrategy:
         return data
 
 
-@contextlib.contextmanager
-def _replaced(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
 def build_actor(seed=0):
     torch.manual_seed(seed)
     cfg = LlamaConfig(
@@ -114,8 +104,9 @@ def build_trainer(args, actor, lr=1e-2):
     strategy = CPUStrategy(args)
     optim = torch.optim.SGD(actor.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda _: 1.0)
-    with _replaced(ppo_actor, "torch_dist_barrier_and_cuda_sync", lambda: None), _replaced(
-        torch.cuda, "current_device", lambda: 0
+    with (
+        patch.object(ppo_actor, "torch_dist_barrier_and_cuda_sync", lambda: None),
+        patch.object(torch.cuda, "current_device", lambda: 0),
     ):
         trainer = ppo_actor.ActorPPOTrainer(
             strategy,

@@ -86,7 +86,9 @@ def test_token_level_losses_equal_trl_grpo_trainer(name, model_dir, tmp_path, to
     """Our grpo/dapo/dr_grpo against GRPOTrainer(loss_type=name): ratio-space eps, the
     token-mean (DAPO, num_items_in_batch), sequence-mean (GRPO) and constant-length
     (Dr.GRPO, max_completion_length) normalisations, KL, with accumulation 2."""
-    config = dict(epsilon=0.2, epsilon_high=0.28, beta=0.04, use_bias_correction_kl=False, gradient_accumulation_steps=2)
+    config = dict(
+        epsilon=0.2, epsilon_high=0.28, beta=0.04, use_bias_correction_kl=False, gradient_accumulation_steps=2
+    )
     theirs = GRPOTrainer(
         model=model_dir,
         reward_funcs=count_digits_reward,

@@ -2,7 +2,8 @@
 ``GMPOTrainer._compute_loss`` on given tensors), in float64.
 
 Where semantics coincide (every row has a valid token, |log ratio| < 20) loss, gradient
-and clip/KL metrics are equal (1e-12; 1e-7 for TRL's float32 clip counts). The differences by design are pinned with numbers:
+and clip/KL metrics are equal (1e-12; 1e-7 for TRL's float32 clip counts). The differences
+by design are pinned with numbers:
 empty rows (loss value only), the overflow guard, the metrics each side logs, and the
 MoE router loss that TRL's GMPOTrainer drops."""
 
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
-from gmpo_plugins.adapters.trl import trl_gmpo_reference
+from gmpo_plugins.compare.references_trl import trl_gmpo_reference
 
 from .tiny import micro_batch, run_loss
 
@@ -146,7 +147,7 @@ def test_moe_router_aux_loss_is_added_unlike_trl_gmpo(moe_model_dir, tmp_path, t
 def test_parity_backend_accumulates_like_trl(splits):
     """TrlGMPOBackend (the ``gmpo-plugins parity`` reference) with the batch split into equal
     micro-batches of a global batch: TRL's mean / G accumulates to our whole-batch gmpo."""
-    from gmpo_plugins.adapters.trl import TrlGMPOBackend
+    from gmpo_plugins.compare.references_trl import TrlGMPOBackend
 
     generator = torch.Generator().manual_seed(3)
     log_probs = (torch.randn(6, 5, generator=generator, dtype=torch.float64) - 1).requires_grad_()

@@ -102,7 +102,10 @@ def micro_batch(
     }
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1), length
+            trainer.model,
+            torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([prompt_mask, completion_mask], 1),
+            length,
         )
     inputs["old_per_token_logps"] = logps + spread * torch.randn(logps.shape, generator=generator)
     inputs["ref_per_token_logps"] = logps + spread * torch.randn(logps.shape, generator=generator)

@@ -9,6 +9,7 @@ import os
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 
 def test_ray_actor_importing_verl_finds_gmpo():

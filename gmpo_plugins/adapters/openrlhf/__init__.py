@@ -1,4 +1,4 @@
-"""OpenRLHF integration: registry losses as ``--actor.policy_loss_type`` of OpenRLHF 0.11.x.
+r"""OpenRLHF integration: registry losses as ``--actor.policy_loss_type`` of OpenRLHF 0.11.x.
 
 OpenRLHF has no plugin mechanism: ``PolicyLoss`` knows ppo and gspo, the CLI's argparse
 rejects other names, and the actors run in Ray workers that import OpenRLHF themselves.

@@ -1,4 +1,4 @@
-"""``gmpo-openrlhf``: OpenRLHF's own PPO/GRPO entry point with registry losses.
+r"""``gmpo-openrlhf``: OpenRLHF's own PPO/GRPO entry point with registry losses.
 
     gmpo-openrlhf <train_ppo_ray arguments> --actor.policy_loss_type gmpo \\
         --actor.eps_clip_low_high 0.4 0.4 --algo.advantage.estimator group_norm --algo.kl.use_loss ...

@@ -50,10 +50,10 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import list_losses
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.translate import check_translated_hparams
 from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)

@@ -34,10 +34,10 @@ from typing import Any, Optional
 
 import torch
 
+from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.openrlhf.options import LossPlan, batch_info, plan_loss
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.types import LossInputs
-from gmpo_plugins.core.validation import value_checks_enabled
 
 MARKER = "__gmpo_plugins_patched__"
 PLAN = "_gmpo_plugins_plan"

@@ -16,10 +16,9 @@
 Modules: ``options`` (GRPOConfig fields -> loss hyper-parameters, refusals),
 ``normalisation`` (TRL's accumulation/processes -> ``BatchInfo``), ``metrics``
 (core metrics -> TRL's metric names), ``trainer`` (the GRPOTrainer subclass; imports
-trl), ``reference`` (TRL's own GMPO loss math on given tensors, for parity checks).
+trl). TRL's own GMPO loss, a parity reference, lives in ``gmpo_plugins.compare.references_trl``.
 
-``RegistryGRPOTrainer``, ``trl_gmpo_reference`` and ``TrlGMPOBackend`` are resolved
-lazily; only ``RegistryGRPOTrainer`` and calling the reference import trl.
+``RegistryGRPOTrainer`` is resolved lazily: only it imports trl.
 """
 
 from __future__ import annotations
@@ -31,11 +30,9 @@ from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hp
 
 __all__ = [
     "RegistryGRPOTrainer",
-    "TrlGMPOBackend",
     "UnsupportedTRLOptionError",
     "loss_hparams_from_args",
     "trl_batch_info",
-    "trl_gmpo_reference",
 ]
 
 
@@ -44,8 +41,4 @@ def __getattr__(name: str) -> Any:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
         return RegistryGRPOTrainer
-    if name in ("trl_gmpo_reference", "TrlGMPOBackend"):
-        from gmpo_plugins.adapters.trl import reference
-
-        return getattr(reference, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

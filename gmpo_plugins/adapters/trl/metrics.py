@@ -30,6 +30,8 @@ TRL_NAMES = {
     "clip_frac": "clip_ratio/region_mean",
     "clip_frac_dual": "clip_ratio/dual_mean",
 }
+# TRL's metric names back to the core's (compare reads what TRL's trainer logged)
+FROM_TRL = {trl: core for core, trl in TRL_NAMES.items()}
 TOKEN_MEANS = frozenset({"clip_frac_low", "clip_frac_high", "clip_frac", "clip_frac_dual", "kl", "ppo_kl"})
 SEQUENCE_MEANS = frozenset({"seq_weight_mean"})
 

@@ -38,8 +38,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.translate import check_translated_hparams
 
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is taken from
     "eps_low": "epsilon",

@@ -28,12 +28,12 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metrics
 from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
 from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import LossInputs
-from gmpo_plugins.core.validation import value_checks_enabled
 
 # Inputs GRPOTrainer forwards to the model next to input_ids/attention_mask (multimodal).
 FORWARD_KEYS = (

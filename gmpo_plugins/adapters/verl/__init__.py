@@ -1,4 +1,4 @@
-"""verl integration: every registry loss as a verl ``policy_loss.loss_mode``.
+r"""verl integration: every registry loss as a verl ``policy_loss.loss_mode``.
 
 Importing this package registers the losses into verl's ``POLICY_LOSS_REGISTRY``
 (``registration``). verl imports it in every process that imports verl, through the

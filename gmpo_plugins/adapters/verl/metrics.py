@@ -19,7 +19,7 @@ micro-batch minima / maxima (verl offers no per-key aggregation for loss metrics
 
 from __future__ import annotations
 
-from typing import Mapping, Union
+from typing import Mapping
 
 import torch
 
@@ -28,7 +28,7 @@ VERL_NAMES = {"clip_frac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl"}
 DUAL = "actor/pg_clipfrac_lower"
 LOGGED_BY_VERL = frozenset({"policy_loss"})
 
-Scalar = Union[torch.Tensor, float, int]
+Scalar = torch.Tensor | float | int
 
 
 def verl_metrics(metrics: Mapping[str, Scalar]) -> dict[str, float]:

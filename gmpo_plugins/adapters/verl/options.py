@@ -39,9 +39,9 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.translate import check_translated_hparams
 from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)

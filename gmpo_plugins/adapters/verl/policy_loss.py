@@ -24,11 +24,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.verl.metrics import verl_metrics
 from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import LossInputs
-from gmpo_plugins.core.validation import value_checks_enabled
 
 MARKER = "__gmpo_plugins_loss__"
 

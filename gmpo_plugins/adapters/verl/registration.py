@@ -53,8 +53,9 @@ def register_losses(registry: Optional[MutableMapping[str, Callable]] = None) ->
     """Register all registry losses into ``registry`` (default: verl's POLICY_LOSS_REGISTRY)
     under the names of the module docstring; returns how each loss was named."""
     if registry is None:
-        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as registry
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
+        registry = POLICY_LOSS_REGISTRY
     names = []
     for spec in list_losses():
         prefixed = PREFIX + spec.name

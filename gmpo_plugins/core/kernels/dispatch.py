@@ -14,10 +14,13 @@ import functools
 import importlib.util
 import os
 from types import ModuleType
+from typing import get_args
 
 import torch
 
-IMPLS = ("auto", "eager", "torch", "triton")
+from gmpo_plugins.core.types import Impl
+
+IMPLS: tuple[Impl, ...] = get_args(Impl)
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -45,7 +48,7 @@ def check_impl(impl: str) -> None:
         raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
 
 
-def select_backend(impl: str, tensor: torch.Tensor) -> ModuleType:
+def select_backend(impl: Impl, tensor: torch.Tensor) -> ModuleType:
     """The module (``rowsum_torch`` or ``rowsum_triton``) that runs ``impl`` on ``tensor``."""
     check_impl(impl)
     if impl == "auto":

@@ -17,6 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.dispatch import select_backend
 from gmpo_plugins.core.kernels.stats import RowStats
+from gmpo_plugins.core.types import Impl
 
 
 class _ClippedRowSums(torch.autograd.Function):
@@ -46,7 +47,7 @@ def clipped_row_sums(
     lo: torch.Tensor,
     hi: torch.Tensor,
     *,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> RowStats:
     """Per-row statistics of r = log_probs - old_log_probs over ``mask``.
 

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.clip import one_sided_clip
+from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels.rowmean import row_masked_mean
 from gmpo_plugins.core.kernels.rowsum import clipped_row_sums
 from gmpo_plugins.core.kernels.stats import RowStats, compute_dtype
 from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, product_guard, row_is_weights
 from gmpo_plugins.core.reduce import masked_max, masked_mean, masked_min, reduce_sequences
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
 def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
@@ -160,10 +160,12 @@ def fused_geometric_mean_loss(
     eps_low: float | None = None,
     eps_high: float | None = None,
     loss_name: str = "gmpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """The GMPO family (``losses/gmpo.geometric_mean_loss``), fused; ``clip`` is
     ``"token"``, ``"sequence"`` or ``"none"``."""
+    if clip != "none":
+        required_eps(clip, eps_low, eps_high)  # a missing bound is refused before any work
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
     positive, negative = advantages > 0, advantages < 0
@@ -178,13 +180,15 @@ def fused_geometric_mean_loss(
     if token_clip:
         # below/above count tokens outside [lo, hi]; they are clipped (not guarded) only
         # where the band is the eps one, i.e. eps < R.
+        eps_low, eps_high = required_eps(clip, eps_low, eps_high)
         if eps_low < bound:
             low_tokens = torch.where(negative, stats.below, zeros)
         if eps_high < bound:
             high_tokens = torch.where(positive, stats.above, zeros)
     summed = stats.sum_clipped
     if clip == "sequence":
-        summed, seq_low, seq_high = one_sided_clip(summed, positive & rows, negative & rows, eps_low, eps_high)
+        eps = required_eps(clip, eps_low, eps_high)
+        summed, seq_low, seq_high = one_sided_clip(summed, positive & rows, negative & rows, *eps)
         low_tokens = torch.where(seq_low, stats.count, zeros)
         high_tokens = torch.where(seq_high, stats.count, zeros)
     if normalise:
@@ -219,7 +223,7 @@ def fused_gspo_loss(
     log_ratio_bound: float,
     rollout_is_aggregation: str = "per_token",
     kl_clamp: float | None = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """GSPO (``losses/gspo.gspo_loss``), fused."""
     dtype = compute_dtype(inputs.log_probs.dtype)

@@ -39,7 +39,7 @@ from gmpo_plugins.core.reduce import (
     reduce_tokens,
     require_global_count,
 )
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
 TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
 
@@ -179,7 +179,7 @@ class _TokenRowSums(torch.autograd.Function):
 
 
 def _reduce(
-    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: str, length: int | None
+    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: Reduction, length: int | None
 ) -> torch.Tensor:
     """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
     count, rows = stats[2], stats[2] > 0
@@ -207,7 +207,7 @@ def fused_clipped_ratio_loss(
     eps_low: float,
     eps_high: float,
     dual_clip: float | None,
-    reduction: str,
+    reduction: Reduction,
     norm_length: int | None,
     kl_beta: float,
     kl_estimator: str,

@@ -9,7 +9,7 @@ from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.metrics import ratio_metrics
 from gmpo_plugins.core.prepared import PreparedBatch, sequence_is_weights, token_is_weights
 from gmpo_plugins.core.reduce import masked_mean, reduce_sequences, reduce_tokens
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
 METRIC_KEYS = (
     "clip_frac_low",
@@ -87,7 +87,7 @@ def finish_token_loss(
     pg: torch.Tensor,
     batch: BatchInfo,
     *,
-    reduction: str,
+    reduction: Reduction,
     norm_length: int | None,
     clipped_low: torch.Tensor,
     clipped_high: torch.Tensor,

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.clip import one_sided_clip
+from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
 from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Clip, Impl, LossInputs, LossOutput
 
 _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None}
 _GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
@@ -64,7 +64,7 @@ def geometric_mean_loss(
     inputs: LossInputs,
     batch: BatchInfo,
     *,
-    clip: str,
+    clip: Clip,
     normalise: bool,
     kl_beta: float,
     kl_estimator: str,
@@ -74,7 +74,7 @@ def geometric_mean_loss(
     eps_low: float | None = None,
     eps_high: float | None = None,
     loss_name: str = "gmpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """The GMPO family in one place; ``clip`` is ``"token"``, ``"sequence"`` or ``"none"``.
 
@@ -111,12 +111,12 @@ def geometric_mean_loss(
     clipped_low = clipped_high = no_clip
 
     if clip == "token":
-        r, clipped_low, clipped_high = one_sided_clip(
-            r, positive[:, None] & mask, negative[:, None] & mask, eps_low, eps_high
-        )
+        eps = required_eps(clip, eps_low, eps_high)
+        r, clipped_low, clipped_high = one_sided_clip(r, positive[:, None] & mask, negative[:, None] & mask, *eps)
     summed = r.sum(-1)  # padding holds 0
     if clip == "sequence":  # the authors' seqclip: clip the sum, then divide by |o_i|
-        summed, seq_low, seq_high = one_sided_clip(summed, positive & p.rows, negative & p.rows, eps_low, eps_high)
+        eps = required_eps(clip, eps_low, eps_high)
+        summed, seq_low, seq_high = one_sided_clip(summed, positive & p.rows, negative & p.rows, *eps)
         clipped_low, clipped_high = seq_low[:, None] & mask, seq_high[:, None] & mask
     if normalise:
         s = summed / p.lengths.clamp_min(1)

@@ -27,7 +27,7 @@ from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
 from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
 def gspo_loss(
@@ -41,7 +41,7 @@ def gspo_loss(
     log_ratio_bound: float,
     rollout_is_aggregation: str = "per_token",
     kl_clamp: float | None = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """Sequence-level clipped ratio (module docstring).
 

@@ -24,6 +24,8 @@ the loss (and so the learning rate).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from gmpo_plugins.core.kernels import check_impl
@@ -32,7 +34,7 @@ from gmpo_plugins.core.losses.finish import empty_loss, finish_token_loss, is_em
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput, Reduction
 
 
 def clipped_ratio_loss(
@@ -41,15 +43,15 @@ def clipped_ratio_loss(
     *,
     eps_low: float,
     eps_high: float,
-    dual_clip: float | None,
-    reduction: str,
+    dual_clip: Optional[float],
+    reduction: Reduction,
     norm_length: int,
     kl_beta: float,
     kl_estimator: str,
     log_ratio_bound: float,
     kl_clamp: float | None = None,
     loss_name: str = "grpo",
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> LossOutput:
     """Token-level PPO clipped surrogate (module docstring).
 
@@ -129,7 +131,7 @@ DR_GRPO_NORM_LENGTH = 1024
 """Default constant length of ``seq-mean-token-sum-norm`` (module docstring)."""
 
 
-def _defaults(reduction: str, eps_high: float) -> dict:
+def _defaults(reduction: Reduction, eps_high: float) -> dict:
     return {
         "eps_low": 0.2,
         "eps_high": eps_high,

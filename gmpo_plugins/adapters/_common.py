@@ -1,13 +1,45 @@
-"""What every adapter needs when it maps a framework's settings onto a registry loss's
-hyper-parameters: a check whose error names the framework's own setting and says what
-the value means for that loss (e.g. that ``eps`` is a log-space bound for GMPO)."""
+"""What every adapter does the same way, kept in one place.
+
+Translation: each adapter maps its framework's settings onto a registry loss's
+hyper-parameters; ``check_translated_hparams`` checks them with an error that names the
+framework's own setting and says what the value means for that loss (e.g. that ``eps`` is a
+log-space bound for GMPO).
+
+Validation policy: adapters call a loss once per micro-batch and ask
+``value_checks_enabled`` whether to check values (which reads tensor contents and so
+synchronises with the device; ``core.validation``). It follows ``GMPO_PLUGINS_VALIDATE``:
+
+    first   (default) the first call of each loss in a process: catches integration
+            mistakes (layout, mask, advantages) without a sync on every micro-batch
+    always  every call (debugging)
+    never   no value checks
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping
 
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
+
+VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
+VALIDATE_MODES = ("first", "always", "never")
+_value_checked: set[str] = set()
+
+
+def value_checks_enabled(key: str) -> bool:
+    """Whether an adapter should check values on this call of the loss ``key`` (module
+    docstring); raises ValueError naming GMPO_PLUGINS_VALIDATE for an unknown mode."""
+    mode = os.environ.get(VALIDATE_ENV, "first") or "first"
+    if mode not in VALIDATE_MODES:
+        raise ValueError(f"{VALIDATE_ENV}: expected one of {list(VALIDATE_MODES)}, got {mode!r}")
+    if mode != "first":
+        return mode == "always"
+    if key in _value_checked:
+        return False
+    _value_checked.add(key)
+    return True
 
 
 def hparam_meaning(spec: LossSpec, hparam: str) -> str:

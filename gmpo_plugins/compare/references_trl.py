@@ -10,7 +10,7 @@ result is TRL's
 
 over all B rows (an empty row contributes -A_i), with TRL's clip metrics.
 ``TrlGMPOBackend`` wraps it in the ``LossBackend`` shape of ``gmpo_plugins.compare``
-(a ``gmpo-plugins parity`` reference target).
+(a ``gmpo-plugins parity`` reference target, listed by ``compare.references``).
 Metrics are returned under the core's names so they compare directly:
 ``clip_frac_low`` (TRL clip_ratio/low_mean), ``clip_frac_high`` (high_mean),
 ``clip_frac`` (region_mean), ``kl`` (when beta != 0). TRL logs no policy loss.
@@ -24,14 +24,11 @@ from typing import Optional
 
 import torch
 
+from gmpo_plugins.adapters.trl.metrics import FROM_TRL
 from gmpo_plugins.core.types import LossOutput
 
-FROM_TRL = {
-    "clip_ratio/low_mean": "clip_frac_low",
-    "clip_ratio/high_mean": "clip_frac_high",
-    "clip_ratio/region_mean": "clip_frac",
-    "kl": "kl",
-}
+# TRL logs its KL term as "kl", the core's name too
+REFERENCE_METRICS = {**FROM_TRL, "kl": "kl"}
 
 
 class SingleProcessAccelerator:
@@ -64,7 +61,10 @@ class _TensorTrainer:
         self.current_gradient_accumulation_steps = accumulation_steps
         self.model = SimpleNamespace(training=True)
         self.accelerator = SingleProcessAccelerator()
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
         return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
@@ -110,7 +110,8 @@ def trl_gmpo_reference(
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
     metrics = {  # TRL logs Python floats; float64 keeps them exact
-        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64) for theirs, ours in FROM_TRL.items() if logged[theirs]
+        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64) for theirs, ours in REFERENCE_METRICS.items()
+        if logged[theirs]
     }
     return LossOutput(loss=loss, metrics=metrics)
 

@@ -1,0 +1,172 @@
+"""The SkyRL backend of ``gmpo-plugins compare`` / ``parity``: registry losses through SkyRL
+0.3's own ``PolicyLossRegistry`` (registered by ``gmpo_plugins.adapters.skyrl``), fed as
+SkyRL's trainer and policy worker feed a policy loss.
+
+For each micro-batch the backend builds SkyRL's ``AlgorithmConfig`` (``trainer.algorithm``),
+scales the advantages with SkyRL's ``apply_loss_reduction_to_advantages_minibatch``, looks
+the loss up under its unambiguous name ``gmpo_plugins.<name>``, calls it with SkyRL's
+arguments and multiplies the result by ``dp_size`` (as ``_forward_backward_micro``).
+Translation (the inverse of ``adapters.skyrl.options``):
+
+    eps_low, eps_high  -> eps_clip_low, eps_clip_high   (same units as the core)
+    reduction          -> loss_reduction    token-mean -> token_mean, seq-mean-token-mean ->
+                                            sequence_mean, seq-mean-token-sum-norm ->
+                                            seq_mean_token_sum_norm; sequence-level
+                                            losses: sequence_mean
+    norm_length        -> max_seq_len       (None: the padded width T, as the core)
+    advantages (B,)    -> (B, T) advantages * mask (SkyRL's GRPO layout), then scaled
+    BatchInfo          -> SkyRL scales over the global mini-batch; this backend sees one
+                          micro-batch, so the scaled advantages are multiplied by
+                          local / global count (tokens for token_mean, sequences otherwise)
+    metrics            <- clip_ratio -> clip_frac, gmpo/<key> -> <key>, policy_loss = the loss
+
+Hyper-parameters SkyRL's config cannot carry (``dual_clip``, ``kl_beta``, ``kl_estimator``,
+``log_ratio_bound``) must keep their registry defaults, else ``BackendError``.
+
+``parity_targets()`` adds, besides the adapter, SkyRL's own ``regular`` (for grpo, dapo,
+dr_grpo) and ``gspo`` (for gspo) as *reference* targets: third-party implementations
+whose differences are reported, never an error.
+
+On Python 3.11, skyrl 0.3.0 itself does not import without ``tests/skyrl/shims`` on
+PYTHONPATH (see docs/integrations/skyrl.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from gmpo_plugins.compare.backends import BackendError, Metric, ParityTarget
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.types import BatchInfo
+
+FIELDS = {
+    "eps_low": "eps_clip_low",
+    "eps_high": "eps_clip_high",
+    "reduction": "loss_reduction",
+    "norm_length": "max_seq_len",
+}
+SKYRL_REDUCTION = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "sequence_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+OWN = {"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"}  # SkyRL's own implementation
+METRIC_PREFIX = "gmpo/"
+
+
+def algorithm_fields(loss_name: str, hparams: Mapping[str, Any], width: int) -> dict[str, Any]:
+    """SkyRL ``trainer.algorithm`` fields carrying ``hparams`` of ``loss_name``; ``width`` is
+    the padded T (the core's default constant length)."""
+    spec = get_loss(loss_name)
+    for name, value in hparams.items():
+        if name not in FIELDS and value != spec.defaults.get(name):
+            raise BackendError(
+                f"skyrl: {loss_name} hyper-parameter {name}={value!r} cannot be set through SkyRL's "
+                f"trainer.algorithm config (only {sorted(FIELDS)}); keep its default {spec.defaults.get(name)!r}"
+            )
+    if "reduction" in hparams:
+        reduction = SKYRL_REDUCTION[hparams["reduction"]]
+    else:
+        reduction = "sequence_mean" if spec.sequence_level else "token_mean"
+    norm_length = hparams.get("norm_length")
+    return {
+        "eps_clip_low": hparams.get("eps_low", 0.2),
+        "eps_clip_high": hparams.get("eps_high", 0.2),
+        "loss_reduction": reduction,
+        "max_seq_len": width if norm_length is None else norm_length,
+    }
+
+
+def _global_ratio(reduction: str, mask: torch.Tensor, batch_info: BatchInfo) -> torch.Tensor | float:
+    """local / global count: turns SkyRL's scaling of this micro-batch into its scaling of the
+    global mini-batch (1.0 when the global count is unknown: a local mean)."""
+    if reduction == "token_mean":
+        total = batch_info.global_num_tokens
+        return 1.0 if total is None else mask.sum() / torch.as_tensor(total, dtype=torch.float32)
+    total = batch_info.global_batch_size
+    return 1.0 if total is None else mask.shape[0] / torch.as_tensor(total, dtype=torch.float32)
+
+
+class SkyRLBackend:
+    """A registry loss through SkyRL's PolicyLossRegistry (``own=False``), or SkyRL's own
+    ``regular`` / ``gspo`` for the registry loss it implements (``own=True``, a reference)."""
+
+    def __init__(self, own: bool = False) -> None:
+        from gmpo_plugins.adapters.skyrl import register_losses
+
+        register_losses()
+        self._own = own
+        self.name = "skyrl own" if own else "skyrl"
+
+    def _policy_loss_type(self, loss_name: str) -> str:
+        from gmpo_plugins.adapters.skyrl import PREFIX
+
+        return OWN[loss_name] if self._own else PREFIX + loss_name
+
+    def supports(self, loss_name: str) -> bool:
+        spec = get_loss(loss_name)
+        if self._own:
+            return loss_name in OWN and spec.provider == "gmpo-plugins"
+        try:
+            algorithm_fields(loss_name, spec.resolve({}), width=1)
+        except BackendError:
+            return False
+        return True
+
+    def policy_loss(
+        self,
+        *,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        loss_name: str,
+        hparams: Mapping[str, Any],
+        batch_info: BatchInfo,
+    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        from skyrl.backends.skyrl_train.utils.ppo_utils import (
+            PolicyLossRegistry,
+            apply_loss_reduction_to_advantages_minibatch,
+        )
+        from skyrl.train.config import AlgorithmConfig
+
+        policy_loss_type = self._policy_loss_type(loss_name)
+        fields = algorithm_fields(loss_name, hparams, width=mask.shape[-1])
+        config = AlgorithmConfig(policy_loss_type=policy_loss_type, **fields)
+        loss_mask = mask.to(torch.float32)
+        if advantages.dim() == 1:
+            advantages = advantages[:, None] * loss_mask
+        scaled = apply_loss_reduction_to_advantages_minibatch(
+            advantages=advantages,
+            loss_mask=loss_mask,
+            loss_reduction=config.loss_reduction,
+            micro_batch_size=mask.shape[0],
+            max_seq_len=config.max_seq_len,
+        ) * _global_ratio(config.loss_reduction, loss_mask, batch_info)
+        loss, metrics = PolicyLossRegistry.get(policy_loss_type)(
+            log_probs, old_log_probs, scaled, config=config, loss_mask=loss_mask, rollout_logprobs=None
+        )
+        loss = loss * batch_info.dp_size
+        core = {key[len(METRIC_PREFIX) :]: value for key, value in metrics.items() if key.startswith(METRIC_PREFIX)}
+        if "clip_ratio" in metrics:
+            core["clip_frac"] = metrics["clip_ratio"]
+        core["policy_loss"] = loss.detach()
+        return loss, core
+
+
+def make_backend() -> SkyRLBackend:
+    return SkyRLBackend()
+
+
+def parity_targets() -> Iterator[ParityTarget]:
+    """The adapter, and SkyRL's own regular / gspo as references."""
+    yield ParityTarget("skyrl adapter", "adapter", SkyRLBackend(), note="PolicyLossRegistry, SkyRL's pre-scaling")
+    yield ParityTarget(
+        "skyrl regular/gspo (own)",
+        "reference",
+        SkyRLBackend(own=True),
+        note="SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
+    )

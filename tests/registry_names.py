@@ -1,0 +1,17 @@
+"""Loss names read from the registry, so that tests cover a new built-in loss without a list to
+edit (tests/core/test_registry.py pins the set of built-ins itself)."""
+
+from __future__ import annotations
+
+from gmpo_plugins import list_losses
+from gmpo_plugins.core.registry import DISTRIBUTION
+
+
+def builtin_losses(*, sequence_level: bool | None = None) -> list[str]:
+    """Names of the losses this distribution registers, optionally only the sequence-level
+    (``True``) or token-level (``False``) ones, in registration order."""
+    return [
+        spec.name
+        for spec in list_losses()
+        if spec.provider == DISTRIBUTION and (sequence_level is None or spec.sequence_level == sequence_level)
+    ]

@@ -1,0 +1,54 @@
+"""A local Ray cluster: a Ray worker process finds our losses through SkyRL's registry
+actor, as SkyRL's policy worker looks its loss up (``PolicyLossRegistry.get``), and
+computes with them. Ray is slow to start on small machines (~20-30 s)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.ray
+
+
+def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
+    from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
+
+    @ray.remote(num_cpus=1)
+    class Probe:
+        def run(self):
+            import torch
+            from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+            from skyrl.train.config import AlgorithmConfig
+
+            fn = PolicyLossRegistry.get("gmpo")  # what PolicyWorkerBase.__init__ does
+            config = AlgorithmConfig(
+                policy_loss_type="gmpo", loss_reduction="sequence_mean", eps_clip_low=0.4, eps_clip_high=0.4
+            )
+            new = torch.tensor([[0.5, 0.3]], dtype=torch.float64)
+            loss, metrics = fn(
+                new,
+                torch.zeros(1, 2, dtype=torch.float64),
+                torch.full((1, 2), 0.5, dtype=torch.float64),
+                config=config,
+                loss_mask=torch.ones(1, 2),
+            )
+            prefixed = PolicyLossRegistry.get("gmpo_plugins.gspo")
+            return os.getpid(), type(fn).__module__, fn.loss, prefixed.loss, float(loss), metrics["clip_ratio"]
+
+    temp_dir = tempfile.mkdtemp(prefix="ray_skyrl_", dir="/tmp")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
+    try:
+        sync_registries()  # what SkyRL's initialize_ray does right after ray.init
+        pid, module, gmpo, gspo, loss, clip_ratio = ray.get(Probe.remote().run.remote(), timeout=240)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert pid != os.getpid()
+    assert (module, gmpo, gspo) == ("gmpo_plugins.adapters.skyrl.policy_loss", "gmpo", "gspo")
+    assert loss == pytest.approx(-1.4190675485932571, abs=1e-12)  # -exp(0.35), as test_gmpo_eps_is_log_space
+    assert clip_ratio == 0.5
