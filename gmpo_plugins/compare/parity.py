@@ -41,7 +41,7 @@ import importlib.util
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

@@ -19,7 +19,6 @@ import importlib.metadata
 import os
 import warnings
 from collections.abc import Iterable
-from typing import Optional
 
 import pluggy
 

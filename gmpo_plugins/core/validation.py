@@ -12,7 +12,6 @@ Framework adapters decide per call whether to ask for value checks
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
