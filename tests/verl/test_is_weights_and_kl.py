@@ -28,7 +28,7 @@ def _grad(backend, name, log_probs, old, adv, mask, weights, hparams):
         rollout_is_weights=weights,
     )
     (grad,) = torch.autograd.grad(loss, log_probs)
-    return float(loss), grad
+    return float(loss.detach()), grad
 
 
 @pytest.mark.parametrize(
