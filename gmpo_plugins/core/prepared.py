@@ -114,15 +114,17 @@ def per_token_is_gradient(
     w_t / mean_t w_t under ``aggregation == "per_token"`` and (B, T) weights (0 where the
     row's weights are all 0); ``values`` itself otherwise.
 
-    Straight-through: ``v + (v - sg(v)) * (scale - 1)`` has the value of v (the added term
-    is exactly 0) and the gradient ``scale``; positions outside ``mask`` keep v.
+    Straight-through: ``sg(v) + (v - sg(v)) * scale`` has the value of v (the added term is
+    exactly 0) and the gradient ``scale`` itself (no ``scale - 1`` cancellation for small
+    weights); positions outside ``mask`` keep v.
     """
     if aggregation != "per_token" or weights is None or weights.dim() != 2:
         return values
     weights = weights.detach().to(values.dtype)
     mean = masked_mean(weights, mask, dim=-1)[:, None]
     scale = torch.where(mean > 0, weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
-    scaled = values + (values - values.detach()) * (scale - 1.0)
+    detached = values.detach()
+    scaled = detached + (values - detached) * scale
     return torch.where(mask, scaled, values)
 
 
