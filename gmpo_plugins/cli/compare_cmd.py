@@ -63,7 +63,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--lr",
         type=float,
         default=None,
-        help="RL Adam learning rate (default: the task's: repeat 1.5e-4, reverse 2e-3)",
+        help="RL Adam learning rate (default: the task's, 1.5e-4 for both)",
     )
     parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every K steps (default 10)")
     parser.add_argument("--model", default=None, help="local Hugging Face model directory (default: built in code)")
