@@ -34,8 +34,8 @@ per character over ``<pad> <eos> <unk> = 0 1 ... 9 x``; it saves and loads with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
