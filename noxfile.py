@@ -10,7 +10,7 @@
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
-    nox -s compare    the main job: `gmpo-plugins compare` with its defaults (report in ./gmpo-report)
+    nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
 
@@ -19,6 +19,7 @@ machines; an unpinned torch would pull a multi-GB CUDA build.
 """
 
 import os
+import time
 
 import nox
 
@@ -200,16 +201,19 @@ def skyrl(session: nox.Session) -> None:
 
 @nox.session
 def compare(session: nox.Session) -> None:
-    """The README's main job: GMPO vs GRPO through the core on the toy task, report in
-    ./gmpo-report; arguments after `--` go to the command (`nox -s compare -- --steps 10`)."""
+    """The README's main job: GMPO vs GRPO through the core on the toy task over several seeds,
+    report in a new folder ./gmpo-report/<UTC time> (so no earlier report is touched);
+    arguments after `--` go to the command (`nox -s compare -- --seeds 1 --steps 10`)."""
     session.install(TORCH)
     session.install("-e", ".[compare]", TRANSFORMERS)
-    session.run("gmpo-plugins", "compare", *session.posargs)
+    out = os.path.join("gmpo-report", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    session.run("gmpo-plugins", "compare", "--out", out, *session.posargs)
 
 
 @nox.session
 def compare_tests(session: nox.Session) -> None:
-    """tests/compare (task, rollout, 2-step runs, subprocess runner, parity, bad input),
+    """tests/compare (tasks, statistics, rollout, 2-step runs, report folder, subprocess runner,
+    parity, bad input),
     then `gmpo-plugins parity` on what is installed here (the core)."""
     session.install(TORCH)
     session.install("-e", ".[compare,test]", TRANSFORMERS)

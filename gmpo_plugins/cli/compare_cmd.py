@@ -1,20 +1,25 @@
 """``gmpo-plugins compare``: short RL runs of several losses through several frameworks'
-loss call paths on identical data, with a terminal table and a report folder.
+loss call paths, over several seeds, on identical data; a terminal summary and a report folder.
 
-    gmpo-plugins compare [--losses gmpo,grpo] [--frameworks core[,verl,openrlhf]]
-                         [--steps N] [--model PATH] [--device cpu|cuda] [--seed S] [--out DIR]
+    gmpo-plugins compare [--losses gmpo,grpo] [--frameworks core[,verl,openrlhf,trl]] [--task repeat|reverse]
+                         [--seeds N|a-b] [--steps N] [--eval-every K] [--model PATH] [--device cpu|cuda]
+                         [--out DIR] [--force]
 
-Without --model a tiny GPT-2 is built from a config and warmed up on the toy task
-(``gmpo_plugins.compare.task``); the initial model is saved to DIR/model-init so that
-frameworks running in other virtualenvs start from exactly the same weights.
+Every (framework, loss, seed) is run. Per seed the default model (a tiny GPT-2 built from a
+config) is initialised from the seed and warmed up once, then every loss of every
+framework starts from that same model and sees the same first rollout. The warmed-up model
+of seed S is saved to DIR/model-init/seed-S, so frameworks running in other virtualenvs
+start from exactly the same weights. DIR must not hold a previous report unless --force.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,34 +28,48 @@ from gmpo_plugins.cli.errors import UsageError
 
 if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the command runs (import_compare)
     from gmpo_plugins.compare.backends import LossBackend, Runner
+    from gmpo_plugins.compare.task import Task
     from gmpo_plugins.compare.trainer import RLConfig
 
 DEFAULT_OUT = "gmpo-report"
-HELP_DESCRIPTION = (
-    "Short RL runs of several losses through several frameworks' loss call paths on identical data, "
-    "with a terminal table and a report folder. Without --model a tiny GPT-2 is built from a config and "
-    "warmed up on the toy task; the initial model is saved to OUT/model-init so that frameworks running "
-    "in other virtualenvs start from exactly the same weights."
-)
+DEFAULT_SEEDS = 3
+MAX_SEED = 2**31 - 1
+MAX_SEED_COUNT = 1000
+INTERRUPTED_STATUS = 130
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    from gmpo_plugins.compare.backends import FRAMEWORKS
+    from gmpo_plugins.compare.task import DEFAULT_TASK, TASKS
+
     parser = commands.add_parser(
         "compare",
-        help="run losses side by side through frameworks' loss paths on a toy RL task",
-        description=HELP_DESCRIPTION,
+        help="run losses side by side through frameworks' loss paths on a toy RL task, over several seeds",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     parser.add_argument("--losses", default="gmpo,grpo", help="comma-separated registry losses (default gmpo,grpo)")
-    from gmpo_plugins.compare.backends import FRAMEWORKS
-
     parser.add_argument(
-        "--frameworks", default="core", help=f"comma-separated, among {', '.join(FRAMEWORKS)} (default core)"
+        "--frameworks", default="core", help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default core)"
     )
+    parser.add_argument("--task", default=DEFAULT_TASK, help=f"one of {', '.join(TASKS)} (default {DEFAULT_TASK})")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help=f"N (seeds 0..N-1) or a range a-b, inclusive (default {DEFAULT_SEEDS}: seeds 0-{DEFAULT_SEEDS - 1})",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="one seed S (the same as --seeds S-S)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default 40)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="RL Adam learning rate (default: the task's, 1.5e-4 for both)",
+    )
+    parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every K steps (default 10)")
     parser.add_argument("--model", default=None, help="local Hugging Face model directory (default: built in code)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
-    parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"report folder (default ./{DEFAULT_OUT})")
+    parser.add_argument("--force", action="store_true", help="replace the report already in --out")
     parser.set_defaults(run=run)
 
 
@@ -61,15 +80,32 @@ def split_names(value: str, option: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_out_dir(path: Path) -> None:
-    """Create ``path`` and prove a file can be written there; UsageError otherwise."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out: cannot write to {str(path)!r}: {exc.strerror or exc}") from None
+def parse_seeds(seeds: str | None, seed: int | None) -> list[int]:
+    """The seeds to run from ``--seeds`` (``N`` or ``a-b``) or ``--seed``; UsageError otherwise."""
+    if seeds is not None and seed is not None:
+        raise UsageError("--seed: give either --seed S or --seeds N|a-b, not both")
+    if seed is not None:
+        if not 0 <= seed <= MAX_SEED:
+            raise UsageError(f"--seed: expected an integer in [0, {MAX_SEED}], got {seed}")
+        return [seed]
+    if seeds is None:
+        return list(range(DEFAULT_SEEDS))
+    expected = f"expected a count N >= 1 (seeds 0..N-1) or a range a-b with 0 <= a <= b <= {MAX_SEED}"
+    option = "--seeds"
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", seeds)
+    if match is None:
+        raise UsageError(f"{option}: {expected}, got {seeds!r}")
+    if match.group(2) is None:
+        count = int(match.group(1))
+        if not 1 <= count <= MAX_SEED_COUNT:
+            raise UsageError(f"{option}: a count must be in [1, {MAX_SEED_COUNT}], got {count}")
+        return list(range(count))
+    first, last = int(match.group(1)), int(match.group(2))
+    if first > last or last > MAX_SEED:
+        raise UsageError(f"{option}: {expected}, got {seeds!r}")
+    if last - first + 1 > MAX_SEED_COUNT:
+        raise UsageError(f"{option}: at most {MAX_SEED_COUNT} seeds, got {last - first + 1}")
+    return list(range(first, last + 1))
 
 
 def import_compare():
@@ -85,10 +121,13 @@ def import_compare():
         ) from None
 
 
-def command_line(args: argparse.Namespace, steps: int) -> str:
+def command_line(args: argparse.Namespace, plan: Plan) -> str:
     """The command that reproduces this run, every option spelled out."""
-    parts = ["gmpo-plugins", "compare", "--losses", args.losses, "--frameworks", args.frameworks]
-    parts += ["--steps", str(steps), "--seed", str(args.seed), "--device", args.device, "--out", args.out]
+    seeds = f"{plan.seeds[0]}-{plan.seeds[-1]}"
+    parts = ["gmpo-plugins", "compare", "--losses", ",".join(plan.losses), "--frameworks", ",".join(plan.runners)]
+    parts += ["--task", plan.task.name, "--seeds", seeds, "--steps", str(plan.config.steps)]
+    parts += ["--lr", str(plan.config.lr), "--eval-every", str(plan.config.eval_every)]
+    parts += ["--device", args.device, "--out", args.out]
     if args.model is not None:
         parts += ["--model", args.model]
     return " ".join(shlex.quote(part) for part in parts)
@@ -101,142 +140,193 @@ class Plan:
     losses: list[str]
     runners: dict[str, Runner]  # by framework
     backends: dict[str, LossBackend]  # by framework, for frameworks run in this process
-    config: RLConfig
+    config: RLConfig  # seed 0: each run replaces it
+    seeds: list[int]
+    task: Task
     out: Path
+    given_model: tuple | None  # (model, tokenizer) loaded from --model, None: the default model
+
+
+def check_support(losses: list[str], frameworks: list[str]) -> tuple[dict[str, Runner], dict[str, LossBackend]]:
+    """(runners, in-process backends); BackendError when a framework cannot run a loss.
+    Out-of-process frameworks are asked in their own interpreter."""
+    from gmpo_plugins.compare import backends
+
+    runners: dict[str, Runner] = {}
+    in_process: dict[str, LossBackend] = {}
+    for name in frameworks:
+        runners[name] = backends.resolve_runner(name)
+        if runners[name].in_process:
+            in_process[name] = backends.load_backend(name)
+            unsupported = [loss for loss in losses if not in_process[name].supports(loss)]
+        else:
+            unsupported = backends.check_in_subprocess(runners[name], losses)
+        if unsupported:
+            raise backends.BackendError(f"framework {name!r} does not support loss(es) {unsupported}")
+    return runners, in_process
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
     """Check every option before anything runs or is written; UsageError on the first bad one."""
     import torch
 
-    from gmpo_plugins.compare import backends
+    from gmpo_plugins.compare import backends, outdir
+    from gmpo_plugins.compare.task import make_task
     from gmpo_plugins.compare.trainer import RLConfig
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps: expected an integer >= 1, got {args.steps}")
+    if args.lr is not None and not 0 < args.lr < 1:
+        raise UsageError(f"--lr: expected a number in (0, 1), got {args.lr}")
+    if args.eval_every is not None and args.eval_every < 1:
+        raise UsageError(f"--eval-every: expected an integer >= 1, got {args.eval_every}")
+    seeds = parse_seeds(args.seeds, args.seed)
+    try:
+        task = make_task(args.task)
+    except ValueError as exc:
+        raise UsageError(f"--task: {exc}") from None
     losses = split_names(args.losses, "--losses")
     for name in losses:
         try:
             get_loss(name)
         except UnknownLossError as exc:
             raise UsageError(f"--losses: {exc}") from None
-    runners, in_process = {}, {}
-    try:
-        for name in split_names(args.frameworks, "--frameworks"):
-            runners[name] = backends.resolve_runner(name)
-            if runners[name].in_process:
-                in_process[name] = backends.load_backend(name)
-                unsupported = [loss for loss in losses if not in_process[name].supports(loss)]
-                if unsupported:
-                    raise backends.BackendError(f"framework {name!r} does not support loss(es) {unsupported}")
-    except backends.BackendError as exc:
-        raise UsageError(f"--frameworks: {exc}") from None
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device: cuda requested but torch.cuda.is_available() is False")
-    out = Path(args.out)
-    check_out_dir(out)
-    config = RLConfig(seed=args.seed, **({"steps": args.steps} if args.steps is not None else {}))
-    return Plan(losses, runners, in_process, config, out)
-
-
-def initial_model(args: argparse.Namespace, task, device, console):
-    """(model, tokenizer, description): --model loaded as is, or the default model warmed up."""
-    from gmpo_plugins.compare.model import ModelConfig, ModelLoadError, build_model, load_model, warm_up
-    from gmpo_plugins.compare.task import build_char_tokenizer
-
+    try:
+        runners, in_process = check_support(losses, split_names(args.frameworks, "--frameworks"))
+    except backends.BackendError as exc:
+        raise UsageError(f"--frameworks: {exc}") from None
+    given_model = None
     if args.model is not None:
+        from gmpo_plugins.compare.model import ModelLoadError, load_model
+
         try:
-            model, tokenizer = load_model(args.model)
+            given_model = load_model(args.model)
         except ModelLoadError as exc:
             raise UsageError(str(exc)) from None
-        return model, tokenizer, f"{args.model} (used as is, no warm-up)"
+    out = Path(args.out)
+    try:
+        outdir.prepare(out, force=args.force)
+    except outdir.OutDirError as exc:
+        raise UsageError(str(exc)) from None
+    options = {"steps": args.steps, "eval_every": args.eval_every, "lr": args.lr or task.rl_lr}
+    config = RLConfig(**{key: value for key, value in options.items() if value is not None})
+    return Plan(losses, runners, in_process, config, seeds, task, out, given_model)
+
+
+def initial_model(args: argparse.Namespace, plan: Plan, seed: int, device, console):
+    """(model, tokenizer, description, warm-up note) of one seed: --model as is, or the default
+    model initialised from ``seed`` and warmed up."""
+    from gmpo_plugins.compare.model import ModelConfig, build_model, warm_up
+    from gmpo_plugins.compare.task import build_char_tokenizer
+
+    if plan.given_model is not None:
+        model, tokenizer = plan.given_model
+        return model.to(device), tokenizer, f"{args.model} (used as is, no warm-up)", "none"
     tokenizer = build_char_tokenizer()
     config = ModelConfig()
-    with console.status("building and warming up the default model"):
-        model = build_model(tokenizer, config, args.seed).to(device)
-        warm = warm_up(model, tokenizer, task, config, args.seed, device)
-    console.print(f"warm-up: {warm.steps} steps, sampled success {warm.success:.2f}")
+    model = build_model(tokenizer, config, seed).to(device)
+    warm = warm_up(model, tokenizer, plan.task, config, seed, device)
+    note = f"seed {seed}: {warm.steps} steps, sampled success {warm.success:.2f}"
+    console.print(f"warm-up {note}")
     size = sum(p.numel() for p in model.parameters())
-    return (
-        model,
-        tokenizer,
-        (
-            f"GPT-2 from config, {size} parameters, warmed up {warm.steps} supervised steps "
-            f"(sampled success at stop {warm.success:.2f})"
-        ),
-    )
+    return model, tokenizer, f"GPT-2 from config, {size} parameters, initialised and warmed up per seed", note
 
 
 def run(args: argparse.Namespace) -> int:
+    from gmpo_plugins.compare import backends
+
+    try:
+        return run_plan(args)
+    except KeyboardInterrupt:
+        out = Path(args.out)
+        where = f"; {out} is incomplete (see {out / 'INCOMPLETE'})" if (out / "INCOMPLETE").exists() else ""
+        print(f"gmpo-plugins compare: interrupted{where}", file=sys.stderr)
+        return INTERRUPTED_STATUS
+    except backends.RunFailed as exc:
+        print(f"gmpo-plugins compare: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def run_plan(args: argparse.Namespace) -> int:
     import_compare()
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gmpo_plugins.compare import backends, report
+    from gmpo_plugins.compare import backends, outdir, report
     from gmpo_plugins.compare.model import save_model
-    from gmpo_plugins.compare.task import ReverseTask
     from gmpo_plugins.compare.trainer import train, use_one_cpu_thread
 
     plan = make_plan(args)
+    command = command_line(args, plan)
+    outdir.mark_incomplete(plan.out, command)
     console = Console(stderr=True)
     device = torch.device(args.device)
     use_one_cpu_thread(device)
-    task = ReverseTask()
-    started = time.perf_counter()
-    model, tokenizer, model_description = initial_model(args, task, device, console)
-    model_dir = plan.out / "model-init"
-    save_model(model, tokenizer, model_dir)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    metrics_path = plan.out / "metrics.jsonl"
+    metrics_path.write_text("")
+    warmups, description = [], ""
+    records = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    total = plan.config.steps * len(plan.losses) * len(plan.runners) * len(plan.seeds)
+    with Progress(*columns, TextColumn("{task.fields[status]}"), console=console) as progress:
+        bar = progress.add_task("compare", total=total, status="")
+        for seed in plan.seeds:
+            progress.update(bar, description=f"seed {seed}: warm-up")
+            model, tokenizer, description, note = initial_model(args, plan, seed, device, console)
+            warmups.append(note)
+            model_dir = plan.out / "model-init" / f"seed-{seed}"
+            save_model(model, tokenizer, model_dir)
+            config = plan.config.__class__(**{**plan.config.to_dict(), "seed": seed})
+            for framework, runner in plan.runners.items():
+                for loss_name in plan.losses:
+                    progress.update(bar, description=f"seed {seed} {framework}/{loss_name}")
+                    if runner.in_process:
+                        stream = train(
+                            model, tokenizer, plan.task, plan.backends[framework], loss_name, config, device,
+                            framework=framework,
+                        )  # fmt: skip
+                    else:
+                        (plan.out / "logs").mkdir(exist_ok=True)
+                        stream = backends.run_in_subprocess(
+                            runner,
+                            loss_name=loss_name,
+                            task=plan.task.name,
+                            model_dir=model_dir,
+                            config=config.to_dict(),
+                            device=args.device,
+                            log_path=plan.out / "logs" / f"{framework}-{loss_name}-seed-{seed}.log",
+                        )
+                    with closing(stream):
+                        for record in stream:
+                            records.append(record)
+                            report.append_metrics(metrics_path, record)
+                            if record["step"] > 0:
+                                progress.update(bar, advance=1, status=f"reward {record['reward']:.2f}")
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     setup = {
-        "model": model_description,
-        "task": f"reverse {task.min_digits}-{task.max_digits} digit strings, binary exact-match reward",
-        "rl": ", ".join(f"{k}={v}" for k, v in plan.config.to_dict().items()),
+        "task": plan.task.describe(),
+        "held-out prompts": f"{len(plan.task.held_out())} fixed prompts, never sampled in warm-up or training",
+        "model": description,
+        "warm-up (supervised, until the task's target share of right sampled completions)": "; ".join(warmups),
+        "seeds": f"{len(plan.seeds)} ({plan.seeds[0]}-{plan.seeds[-1]})",
+        "rl": ", ".join(f"{k}={v}" for k, v in plan.config.to_dict().items() if k != "seed"),
         "device": args.device,
         "frameworks": ", ".join(
             f"{name} ({'this process' if r.in_process else r.python})" for name, r in plan.runners.items()
         ),
+        "time": f"{wall:.0f} s wall, {cpu:.0f} s CPU of this process (warm-ups included)",
     }
-
-    def records_of(framework: str, loss_name: str):
-        runner = plan.runners[framework]
-        if runner.in_process:
-            backend = plan.backends[framework]
-            return train(model, tokenizer, task, backend, loss_name, plan.config, device, framework=framework)
-        (plan.out / "logs").mkdir(exist_ok=True)
-        return backends.run_in_subprocess(
-            runner,
-            loss_name=loss_name,
-            model_dir=model_dir,
-            config=plan.config.to_dict(),
-            device=args.device,
-            log_path=plan.out / "logs" / f"{framework}-{loss_name}.log",
-        )
-
-    records = []
-    metrics_path = plan.out / "metrics.jsonl"
-    metrics_path.write_text("")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, TextColumn("{task.fields[status]}"), console=console) as progress:
-        bar = progress.add_task("compare", total=plan.config.steps * len(plan.losses) * len(plan.runners), status="")
-        for framework in plan.runners:
-            for loss_name in plan.losses:
-                progress.update(bar, description=f"{framework}/{loss_name}")
-                try:
-                    for record in records_of(framework, loss_name):
-                        records.append(record)
-                        report.append_metrics(metrics_path, record)
-                        progress.update(bar, advance=1, status=f"reward {record['reward']:.2f}")
-                except backends.RunFailed as exc:
-                    progress.stop()
-                    print(f"gmpo-plugins compare: error: {exc}", file=sys.stderr)
-                    return 1
-
-    rows = report.summarise(records)
-    plots = report.write_plots(plan.out, records)
-    command = command_line(args, plan.config.steps)
-    report.write_markdown(plan.out / "report.md", rows, command=command, setup=setup, plots=plots)
-    Console(width=None if console.is_terminal else 200).print(report.rich_table(rows))
-    total = time.perf_counter() - started
-    print(f"report: {plan.out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {total:.0f} s")
+    result = report.build(records, plan.losses)
+    plots = report.write_plots(plan.out, records, plan.losses)
+    report.write_markdown(plan.out / "report.md", result, command=command, setup=setup, plots=plots)
+    outdir.mark_complete(plan.out)
+    out_console = Console(width=None if console.is_terminal else 200)
+    for table in report.rich_tables(result):
+        out_console.print(table)
+    print(f"report: {plan.out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {wall:.0f} s")
     return 0

@@ -45,7 +45,9 @@ Where a framework runs (``resolve_runner``):
 - ``./.nox/<name>/bin/python`` exists (made by ``nox -s <name>``): in a subprocess of it;
 - otherwise a usage error telling the user to run ``python3 -m nox -s <name>`` first.
 
-A subprocess runs ``<python> -m gmpo_plugins.compare.run_one`` with the initial model
+Before any warm-up, ``compare`` asks each subprocess framework which requested losses it
+does not support (``run_one --check-losses``, seconds: it only imports the framework).
+A subprocess run is ``<python> -m gmpo_plugins.compare.run_one`` with the initial model
 saved under the report folder, so it needs gmpo-plugins, torch and transformers in its
 environment (not rich or matplotlib). It prints one metrics record per step (JSON, prefixed
 with ``RECORD_PREFIX``) on stdout; the parent merges them into its report.
@@ -58,7 +60,7 @@ import importlib.util
 import json
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -70,6 +72,8 @@ from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 Metric = float | torch.Tensor
 RECORD_PREFIX = "GMPO_COMPARE_RECORD "
+SUPPORT_PREFIX = "GMPO_COMPARE_UNSUPPORTED "
+SUPPORT_CHECK_TIMEOUT_S = 120.0
 PYTHON_ENV_PREFIX = "GMPO_PLUGINS_PYTHON_"
 
 
@@ -228,46 +232,83 @@ class RunFailed(Exception):
     """A framework's subprocess run exited with an error."""
 
 
+def _command(runner: Runner, *args: str) -> list[str]:
+    if runner.python is None:
+        raise BackendError(f"framework {runner.framework!r} runs in this process, not in a subprocess")
+    return [str(runner.python), "-m", "gmpo_plugins.compare.run_one", "--framework", runner.framework, *args]
+
+
+def check_in_subprocess(runner: Runner, losses: list[str], timeout: float = SUPPORT_CHECK_TIMEOUT_S) -> list[str]:
+    """The losses of ``losses`` that the framework in ``runner.python`` does not support.
+
+    Runs ``run_one --check-losses`` (it imports the framework and asks its backend, no
+    model); BackendError with the child's last line when it fails or takes over ``timeout``.
+    """
+    command = _command(runner, "--check-losses", ",".join(losses))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"framework {runner.framework!r}: the support check took over {timeout:.0f} s") from None
+    except OSError as exc:
+        raise BackendError(f"framework {runner.framework!r}: cannot run {runner.python}: {exc}") from None
+    answers = [line for line in done.stdout.splitlines() if line.startswith(SUPPORT_PREFIX)]
+    if done.returncode != 0 or not answers:
+        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+        raise BackendError(
+            f"framework {runner.framework!r}: the support check in {runner.python} exited with status "
+            f"{done.returncode}: {last}"
+        )
+    return list(json.loads(answers[-1][len(SUPPORT_PREFIX) :]))
+
+
 def run_in_subprocess(
     runner: Runner,
     *,
     loss_name: str,
+    task: str,
     model_dir: Path,
     config: Mapping[str, Any],
     device: str,
     log_path: Path,
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Run one (framework, loss) in ``runner.python``; yield its per-step records as they come.
 
     The child's stderr and any stdout line that is not a record go to ``log_path``;
-    a non-zero exit raises RunFailed quoting the log's last lines.
+    a non-zero exit raises RunFailed quoting the log's last lines. Closing the generator
+    early (an error or Ctrl-C in the parent) terminates the child.
     """
-    if runner.python is None:
-        raise BackendError(f"framework {runner.framework!r} runs in this process, not in a subprocess")
-    command = [
-        runner.python,
-        "-m",
-        "gmpo_plugins.compare.run_one",
-        "--framework",
-        runner.framework,
+    command = _command(
+        runner,
         "--loss",
         loss_name,
+        "--task",
+        task,
         "--model",
         str(model_dir),
         "--device",
         device,
         "--config",
         json.dumps(dict(config)),
-    ]
-    # Popen as a context manager closes the pipe and reaps the child, also when the caller stops early
+    )
+    # Popen as a context manager closes the pipe and reaps the child; the child is terminated first
+    # when the caller stops early (an error, Ctrl-C), else leaving the context would wait for it
     with log_path.open("w") as log, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith(RECORD_PREFIX):
-                yield json.loads(line[len(RECORD_PREFIX) :])
-            else:
-                log.write(line)
-        code = process.wait()
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.startswith(RECORD_PREFIX):
+                    yield json.loads(line[len(RECORD_PREFIX) :])
+                else:
+                    log.write(line)
+            code = process.wait()
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
     if code != 0:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
         raise RunFailed(

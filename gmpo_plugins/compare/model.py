@@ -16,7 +16,8 @@ Sequence layout shared by warm-up, rollout and training (B rows):
 
     input_ids       (B, P + T)  prompt left-padded to P, response right-padded to T
     attention_mask  (B, P + T)  1 on real tokens
-    position_ids    cumsum(attention_mask) - 1, so left padding does not shift positions
+    position_ids    0 .. P + T - 1 for every row: prompts are right-aligned, so "=" and the
+                    first response token sit at the same position whatever the prompt length
     logits for response token t come from position P - 1 + t
 """
 
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 
 from gmpo_plugins.compare.encoding import encode_answers, encode_prompts
 from gmpo_plugins.compare.rollout import collect_rollout
-from gmpo_plugins.compare.task import ReverseTask
+from gmpo_plugins.compare.task import Task
 
 
 class ModelLoadError(Exception):
@@ -125,12 +126,12 @@ def save_model(model, tokenizer, path: Path) -> None:
 
 def response_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """Float32 logits (B, T, V) predicting the T response tokens of ``input_ids`` (B, P + T)."""
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+    position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     return logits[:, prompt_len - 1 : -1].float()
 
 
-def warm_up(model, tokenizer, task: ReverseTask, config: ModelConfig, seed: int, device: torch.device) -> WarmupResult:
+def warm_up(model, tokenizer, task: Task, config: ModelConfig, seed: int, device: torch.device) -> WarmupResult:
     """Supervised warm-up until the sampled success rate reaches ``config.warmup_target``.
 
     Loss per step: mean over answer tokens (EOS included) of -log p(token | prefix).
@@ -165,7 +166,7 @@ def warm_up(model, tokenizer, task: ReverseTask, config: ModelConfig, seed: int,
                 device=device,
             )
             success = float(check.rewards.mean())
-            if success >= config.warmup_target:
+            if success >= getattr(task, "warmup_target", config.warmup_target):
                 break
     model.eval()
     return WarmupResult(steps=step, loss=loss_value, success=success)

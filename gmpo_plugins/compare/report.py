@@ -1,130 +1,71 @@
-"""The report of ``gmpo-plugins compare``: summary rows, the terminal table, report.md and
-PNG plots (reward, importance-ratio range, entropy and KL vs step; runs overlaid).
+"""The report of ``gmpo-plugins compare``: metrics.jsonl, the terminal tables and report.md.
 
-Summary of one (framework, loss) run from its per-step records:
+Tables (terminal and report.md), every number a mean ± 95% t interval over seeds
+(``gmpo_plugins.compare.stats``; summaries: ``gmpo_plugins.compare.summary``):
 
-    reward_first     reward of step 1 (identical for every loss: same initial policy)
-    reward_final     mean reward of the last min(5, steps) steps
-    reward_best      best single-step reward
-    log_ratio_min/max    range over the run of the per-token log ratio log(pi_theta/pi_old)
-    seq_weight_min/max   range over the run of the per-sequence weight exp(mean_t log ratio)
-    clip_frac(_low/_high)  mean over steps of the clipped-token fractions
-    post_log_ratio_q01/q99  mean over steps of the 1st/99th percentile of the per-token log
-                         ratio after the step's updates (trainer-measured)
-    kl_init, entropy     at the last step (exact, over the vocabulary, per valid token)
-    wall_s               wall time of the run (warm-up excluded)
+    results             per (framework, loss): held-out accuracy, training reward, ratio
+                        range, entropy, KL, clipping, wall time
+    paired differences  first loss minus each other loss, same seed, with sign counts
+    claims              the paper's claims, gmpo - grpo, with a verdict
+    ablation            the paper's Table 3 next to the toy's held-out accuracy
+
+report.md also lists every run's summary per seed, the plots and a reading guide.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
-FINAL_WINDOW = 5
-PLOTS = {
-    "reward.png": "reward (exact-match rate) vs step",
-    "ratio_range.png": "importance-ratio range vs step",
-    "entropy.png": "entropy vs step",
-    "kl.png": "KL to the initial policy vs step",
-}
+from gmpo_plugins.compare import claims, summary
+from gmpo_plugins.compare.plots import PLOTS, write_plots  # noqa: F401 - re-exported for the command
+from gmpo_plugins.compare.stats import INTERVAL_METHOD, Estimate
 
 
-def run_key(record: dict[str, Any]) -> tuple[str, str]:
-    return record["framework"], record["loss_name"]
+@dataclass
+class Result:
+    """Everything the tables show."""
+
+    runs: dict  # (framework, loss) -> {seed: run summary}
+    estimates: dict  # (framework, loss) -> {metric: Estimate or None}
+    claims: list  # claims.Comparison
+    paired: list  # claims.Comparison
+    losses: list[str]
 
 
-def group_runs(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        runs.setdefault(run_key(record), []).append(record)
-    return runs
+def build(records: list[dict[str, Any]], losses: list[str]) -> Result:
+    runs = summary.per_seed(records)
+    return Result(
+        runs=runs,
+        estimates={key: summary.over_seeds(value) for key, value in runs.items()},
+        claims=claims.claim_rows(runs),
+        paired=claims.paired_rows(runs, losses),
+        losses=losses,
+    )
 
 
-def _values(records: list[dict[str, Any]], key: str) -> list[float]:
-    return [r[key] for r in records if key in r]
+def machine_label() -> str:
+    """``"x86_64, <CPU model>, 2 cores; Linux; Python 3.11; torch 2.13.0"`` of this machine."""
+    import os
 
+    import torch
 
-def summarise(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One summary row per (framework, loss), in the order the runs appear."""
-    rows = []
-    for (framework, loss_name), steps in group_runs(records).items():
-        rewards = _values(steps, "reward")
-        row: dict[str, Any] = {
-            "framework": framework,
-            "loss_name": loss_name,
-            "steps": len(steps),
-            "reward_first": rewards[0],
-            "reward_final": sum(rewards[-FINAL_WINDOW:]) / len(rewards[-FINAL_WINDOW:]),
-            "reward_best": max(rewards),
-            "kl_init": steps[-1].get("kl_init"),
-            "entropy": steps[-1].get("entropy"),
-            "wall_s": steps[-1].get("elapsed_s"),
-        }
-        for key, pick in (
-            ("log_ratio_min", min),
-            ("log_ratio_max", max),
-            ("seq_weight_min", min),
-            ("seq_weight_max", max),
-        ):
-            values = _values(steps, key)
-            row[key] = pick(values) if values else None
-        for key in ("clip_frac", "clip_frac_low", "clip_frac_high", "post_log_ratio_q01", "post_log_ratio_q99"):
-            values = _values(steps, key)
-            row[key] = sum(values) / len(values) if values else None
-        rows.append(row)
-    return rows
-
-
-def _fmt(value: Optional[float], spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _range(low: Optional[float], high: Optional[float]) -> str:
-    return "-" if low is None or high is None else f"[{low:.2f}, {high:.2f}]"
-
-
-def _clip(row: dict[str, Any]) -> str:
-    """Low/high clip fractions; the total alone when a framework reports only that."""
-    if row["clip_frac_low"] is None and row["clip_frac_high"] is None and row["clip_frac"] is not None:
-        return f"{row['clip_frac']:.4f} (total)"
-    return f"{_fmt(row['clip_frac_low'], '.4f')} / {_fmt(row['clip_frac_high'], '.4f')}"
-
-
-TABLE_COLUMNS = (
-    ("framework", lambda r: r["framework"]),
-    ("loss", lambda r: r["loss_name"]),
-    ("reward 1st", lambda r: _fmt(r["reward_first"])),
-    (f"final (last {FINAL_WINDOW})", lambda r: _fmt(r["reward_final"])),
-    ("best", lambda r: _fmt(r["reward_best"])),
-    ("log-ratio min/max", lambda r: _range(r["log_ratio_min"], r["log_ratio_max"])),
-    ("log-ratio 1-99%", lambda r: _range(r["post_log_ratio_q01"], r["post_log_ratio_q99"])),
-    ("seq weight min/max", lambda r: _range(r["seq_weight_min"], r["seq_weight_max"])),
-    ("clip low/high", lambda r: _clip(r)),
-    ("KL to init", lambda r: _fmt(r["kl_init"], ".4f")),
-    ("entropy", lambda r: _fmt(r["entropy"])),
-    ("wall s", lambda r: _fmt(r["wall_s"], ".1f")),
-)
-
-
-def rich_table(rows: list[dict[str, Any]]):
-    """The final terminal table (a ``rich.table.Table``)."""
-    from rich.table import Table
-
-    table = Table(title="gmpo-plugins compare")
-    for name, _ in TABLE_COLUMNS:
-        table.add_column(name, overflow="fold")
-    for row in rows:
-        table.add_row(*(cell(row) for _, cell in TABLE_COLUMNS))
-    return table
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    header = "| " + " | ".join(name for name, _ in TABLE_COLUMNS) + " |"
-    rule = "|" + "---|" * len(TABLE_COLUMNS)
-    body = ["| " + " | ".join(cell(row) for _, cell in TABLE_COLUMNS) + " |" for row in rows]
-    return "\n".join([header, rule, *body])
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{platform.machine()}, {model}, {os.cpu_count()} cores; {platform.system()}; "
+        f"Python {platform.python_version()}; torch {torch.__version__}"
+    )
 
 
 def append_metrics(path: Path, record: dict[str, Any]) -> None:
@@ -133,173 +74,183 @@ def append_metrics(path: Path, record: dict[str, Any]) -> None:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def _style(framework: str, loss_name: str, frameworks: list[str], losses: list[str]) -> dict[str, Any]:
-    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
-    dashes = ["-", "--", ":", "-."]
-    return {
-        "color": colours[losses.index(loss_name) % len(colours)],
-        "linestyle": dashes[frameworks.index(framework) % len(dashes)],
-        "label": f"{loss_name} ({framework})",
-    }
+def _est(value: Estimate | None, spec: str = ".3f") -> str:
+    return "-" if value is None else value.format(spec)
 
 
-def write_plots(directory: Path, records: list[dict[str, Any]]) -> list[str]:
-    """Write the PNGs of ``PLOTS`` into ``directory``; returns their file names."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = group_runs(records)
-    frameworks = sorted({f for f, _ in runs})
-    losses = sorted({loss for _, loss in runs})
-
-    def series(steps: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-        kept = [r for r in steps if key in r and r[key] is not None and math.isfinite(r[key])]
-        return [r["step"] for r in kept], [r[key] for r in kept]
-
-    def single(name: str, key: str, ylabel: str, smooth: bool = False) -> None:
-        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-        for (framework, loss_name), steps in runs.items():
-            style = _style(framework, loss_name, frameworks, losses)
-            x, y = series(steps, key)
-            if smooth:
-                ax.plot(x, y, marker=".", alpha=0.35, color=style["color"], linestyle=style["linestyle"])
-                style["label"] += f", mean of last {FINAL_WINDOW}"
-                y = [
-                    sum(y[max(0, i - FINAL_WINDOW + 1) : i + 1]) / len(y[max(0, i - FINAL_WINDOW + 1) : i + 1])
-                    for i in range(len(y))
-                ]
-                ax.plot(x, y, linewidth=2, **style)
-            else:
-                ax.plot(x, y, marker=".", **style)
-        ax.set_xlabel("RL step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(directory / name)
-        plt.close(fig)
-
-    single("reward.png", "reward", "reward (exact-match rate)", smooth=True)
-    single("entropy.png", "entropy", "entropy per token (nats)")
-    single("kl.png", "kl_init", "KL(policy || initial) per token")
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 5.6), dpi=100, sharex=True)
-    for (framework, loss_name), steps in runs.items():
-        style = _style(framework, loss_name, frameworks, losses)
-        for ax, low_key, high_key, band_low, band_high in (
-            (top, "log_ratio_min", "log_ratio_max", "post_log_ratio_q01", "post_log_ratio_q99"),
-            (bottom, "seq_weight_min", "seq_weight_max", None, None),
-        ):
-            x, low = series(steps, low_key)
-            _, high = series(steps, high_key)
-            if x:
-                ax.plot(x, low, linewidth=0.8, **style)
-                ax.plot(x, high, linewidth=0.8, color=style["color"], linestyle=style["linestyle"])
-                if band_low is None:
-                    ax.fill_between(x, low, high, color=style["color"], alpha=0.15)
-            if band_low is not None:
-                bx, blow = series(steps, band_low)
-                _, bhigh = series(steps, band_high)
-                if bx:
-                    ax.fill_between(bx, blow, bhigh, color=style["color"], alpha=0.35)
-    top.set_ylabel("token log ratio\nlines: min/max, band: 1-99%")
-    bottom.set_ylabel("sequence weight\nmin/max")
-    bottom.set_xlabel("RL step")
-    for ax in (top, bottom):
-        ax.grid(alpha=0.3)
-    top.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(directory / "ratio_range.png")
-    plt.close(fig)
-    return list(PLOTS)
+def _interval(row: claims.Comparison, spec: str = ".3g") -> str:
+    estimate = row.difference.estimate
+    if estimate.half_width is None:
+        return f"{estimate.mean:+{spec}} (one seed: no interval)"
+    return f"{estimate.mean:+{spec}} [{estimate.low:+{spec}}, {estimate.high:+{spec}}]"
 
 
-def _width(row: dict[str, Any]) -> Optional[float]:
-    low, high = row["post_log_ratio_q01"], row["post_log_ratio_q99"]
-    return None if low is None or high is None else high - low
+Column = tuple[str, Callable[[Any], str]]
 
 
-def _findings(rows: list[dict[str, Any]]) -> list[str]:
-    """Factual GMPO-vs-GRPO sentences for each framework that ran both."""
-    lines = []
-    by_key = {(r["framework"], r["loss_name"]): r for r in rows}
-    for framework in sorted({r["framework"] for r in rows}):
-        gmpo, grpo = by_key.get((framework, "gmpo")), by_key.get((framework, "grpo"))
-        if gmpo is None or grpo is None:
+def result_columns(result: Result) -> tuple[list[Column], list[Any]]:
+    columns: list[Column] = [
+        ("framework", lambda k: k[0]),
+        ("loss", lambda k: k[1]),
+        ("seeds", lambda k: str(len(result.runs[k]))),
+        ("held-out greedy", lambda k: _est(result.estimates[k]["heldout_greedy"])),
+        ("held-out pass", lambda k: _est(result.estimates[k]["heldout_pass"])),
+        ("train reward (last 5)", lambda k: _est(result.estimates[k]["reward_final"])),
+        ("log-ratio 1-99% width", lambda k: _est(result.estimates[k]["ratio_width"], ".2f")),
+        ("max |log ratio|", lambda k: _est(result.estimates[k]["max_abs_log_ratio"], ".2f")),
+        ("entropy", lambda k: _est(result.estimates[k]["entropy"])),
+        ("KL to init", lambda k: _est(result.estimates[k]["kl_init"], ".4f")),
+        ("clip low / high", lambda k: f"{_est(result.estimates[k]['clip_low'], '.4f')} / "
+                                      f"{_est(result.estimates[k]['clip_high'], '.4f')}"),
+        ("wall s", lambda k: _est(result.estimates[k]["wall_s"], ".0f")),
+    ]  # fmt: skip
+    return columns, list(result.runs)
+
+
+def paired_columns(result: Result) -> tuple[list[Column], list[Any]]:
+    columns: list[Column] = [
+        ("framework", lambda r: r.framework),
+        ("difference", lambda r: f"{r.a} - {r.b}"),
+        ("metric", lambda r: r.label),
+        ("mean [95% interval]", _interval),
+        ("seeds", lambda r: r.difference.signs(r.a, r.b)),
+    ]
+    return columns, result.paired
+
+
+def claim_columns(result: Result) -> tuple[list[Column], list[Any]]:
+    measures = {metric: measure for _, metric, measure, _ in claims.CLAIMS}
+    columns: list[Column] = [
+        ("framework", lambda r: r.framework),
+        ("paper's claim", lambda r: r.label),
+        ("measured as", lambda r: measures[r.metric]),
+        ("gmpo", lambda r: _est(result.estimates[(r.framework, "gmpo")][r.metric], ".3g")),
+        ("grpo", lambda r: _est(result.estimates[(r.framework, "grpo")][r.metric], ".3g")),
+        ("gmpo - grpo [95% interval]", _interval),
+        ("seeds", lambda r: r.difference.signs("gmpo", "grpo")),
+        ("verdict", lambda r: r.verdict),
+    ]
+    return columns, result.claims
+
+
+def ablation_columns(result: Result) -> tuple[list[Column], list[Any]]:
+    def paper(key: tuple[str, str]) -> str:
+        value = claims.paper_value(key[1])[1]
+        return "-" if value is None else f"{value:.1f}"
+
+    columns: list[Column] = [
+        ("framework", lambda k: k[0]),
+        ("variant", lambda k: k[1]),
+        ("paper's name", lambda k: claims.paper_value(k[1])[0]),
+        ("paper: pass@1 (%)", paper),
+        ("toy: held-out greedy (%)", lambda k: _percent(result.estimates[k]["heldout_greedy"])),
+        ("toy: held-out pass (%)", lambda k: _percent(result.estimates[k]["heldout_pass"])),
+        ("toy: seeds", lambda k: str(len(result.runs[k]))),
+    ]
+    return columns, list(result.runs)
+
+
+def _percent(value: Estimate | None) -> str:
+    if value is None:
+        return "-"
+    return Estimate(100 * value.mean, None if value.half_width is None else 100 * value.half_width, value.n).format(
+        ".1f"
+    )
+
+
+TABLES = (
+    ("Results (mean ± 95% t interval over seeds)", result_columns),
+    ("Paired differences between losses (same seed)", paired_columns),
+    ("The paper's claims, gmpo - grpo (same seed)", claim_columns),
+    ("Ablation table: the paper's Table 3 and the toy", ablation_columns),
+)
+
+
+def rich_tables(result: Result) -> list:
+    """The terminal tables (``rich.table.Table``), empty ones left out."""
+    from rich.table import Table
+
+    tables = []
+    for title, make in TABLES:
+        columns, rows = make(result)
+        if not rows:
             continue
-
-        pairs = [
-            ("final reward", gmpo["reward_final"], grpo["reward_final"]),
-            ("final entropy", gmpo["entropy"], grpo["entropy"]),
-            ("final KL to init", gmpo["kl_init"], grpo["kl_init"]),
-            (
-                "1-99% token log-ratio width (mean over steps)",
-                _width(gmpo),
-                _width(grpo),
-            ),
-        ]
-        lines.append(
-            f"- {framework}: "
-            + "; ".join(f"{label}: gmpo {_fmt(a, '.4g')} vs grpo {_fmt(b, '.4g')}" for label, a, b in pairs)
-            + "."
-        )
-    return lines
+        table = Table(title=title)
+        for name, _ in columns:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            table.add_row(*(cell(row) for _, cell in columns))
+        tables.append(table)
+    return tables
 
 
-READING_GUIDE = """\
-## How to read it
-
-- **reward.png**: fraction of sampled completions (temperature 1) that reverse the digit
-  string exactly. All runs start from the same warmed-up model and see the same first
-  rollout, so step 1 is identical across losses; later steps differ because the updates do.
-  One step has only prompts x group completions, so single-step values are noisy: compare
-  the trend and the "final (last 5)" column, not one point.
-- **ratio_range.png**: top, per-token log importance ratio log(pi_theta/pi_old): the lines
-  are the smallest and largest value the loss saw in each step's updates (reported by the
-  loss path), the shaded band the 1st-99th percentile after the step's last update
-  (measured by the trainer); bottom, the per-sequence weight exp(mean_t log ratio), min and
-  max. This is the quantity of the GMPO paper's Figure 1: a narrower band means the policy
-  moved less per rollout batch. The extremes come from single tokens and jump from step to
-  step; the percentile band is the steadier signal. GMPO's clip acts on log ratios
-  (default +-0.4), GRPO's on ratios (0.8..1.2), so equal bands are not expected.
-- **entropy.png** / **kl.png**: mean per-token entropy of the policy and its exact KL to
-  the initial (warmed-up) policy, on the sampled responses. The paper reports higher
-  entropy and lower KL for GMPO at 7B scale; here you can see whether a toy run agrees.
-- The table's clip columns are fractions of valid tokens whose clipped value was chosen
-  (low side: A < 0; high side: A > 0), averaged over steps.
-
-## What this run does and does not show
-
-It runs both losses through the chosen framework's real loss call path on identical data
-and prints the importance-ratio spread, clipping, KL and entropy each produces. It does
-**not** reproduce the paper's benchmark claims: the model has ~0.1M parameters, the task
-is a toy with short fixed-length answers, a run is a few dozen steps on one seed, and the
-reward curves of two losses on one seed differ by sampling noise as much as by the loss.
-Run several seeds (`--seed`) before reading anything into a reward difference.
-"""
+def markdown_table(columns: list[Column], rows: list[Any]) -> str:
+    header = "| " + " | ".join(name.replace("|", "\\|") for name, _ in columns) + " |"
+    rule = "|" + "---|" * len(columns)
+    body = ["| " + " | ".join(cell(row).replace("|", "\\|") for _, cell in columns) + " |" for row in rows]
+    return "\n".join([header, rule, *body])
 
 
-def write_markdown(
-    path: Path, rows: list[dict[str, Any]], *, command: str, setup: dict[str, Any], plots: list[str]
-) -> None:
+def per_seed_table(result: Result) -> str:
+    keys = ("heldout_greedy", "heldout_pass", "heldout_drop", "reward_final", "ratio_width", "max_abs_log_ratio",
+            "entropy", "kl_init")  # fmt: skip
+    columns: list[Column] = [("framework", lambda r: r[0]), ("loss", lambda r: r[1]), ("seed", lambda r: str(r[2]))]
+
+    def cell(key: str) -> Callable[[Any], str]:
+        return lambda r: "-" if r[3][key] is None else f"{r[3][key]:.4g}"
+
+    columns += [(key, cell(key)) for key in keys]
+    rows = [(f, loss, seed, s) for (f, loss), seeds in result.runs.items() for seed, s in seeds.items()]
+    return markdown_table(columns, rows)
+
+
+SECTION_NOTES = {
+    "Results (mean ± 95% t interval over seeds)": (
+        "Held-out: the task's fixed held-out prompts (never trained on), at the last step: greedy exact match and "
+        "the sampled pass rate (4 samples per prompt, temperature 1). Log-ratio width: 1st-99th percentile of "
+        "log(pi_after/pi_old) over the step's tokens after its updates, mean over steps; max |log ratio|: the "
+        "largest the loss path saw in the run."
+    ),
+    "Paired differences between losses (same seed)": (
+        "Each seed gives one difference (both losses start from that seed's model and first rollout); the "
+        "interval is over those differences; the seed count says on how many seeds the sign held."
+    ),
+    "The paper's claims, gmpo - grpo (same seed)": (
+        "Verdict: supported when the whole 95% interval of the difference has the claimed sign, contradicted "
+        "when it has the opposite sign, inconclusive when it contains 0 (or with one seed). GMPO clips log "
+        "ratios at ±0.4 and GRPO ratios at 0.8..1.2, as in the paper."
+    ),
+    "Ablation table: the paper's Table 3 and the toy": (
+        f"Paper's numbers ({claims.PAPER_SOURCE}) are given for scale only; the toy's are held-out accuracies "
+        "of a 0.1M-parameter model on a toy task, in percent, mean ± 95% t interval over seeds. Compare the "
+        "order of the rows, not the numbers."
+    ),
+}
+
+
+def write_markdown(path: Path, result: Result, *, command: str, setup: dict[str, Any], plots: list[str]) -> None:
+    from gmpo_plugins.compare.guide import READING_GUIDE
+
     lines = [
         "# gmpo-plugins compare",
         "",
         f"Command: `{command}`",
         "",
+        f"Machine: {machine_label()}",
+        "",
+        f"Intervals: {INTERVAL_METHOD}. Other CPUs (and other torch builds) draw other samples from the same "
+        "seeds, so their numbers differ; the same machine, seed and command give identical numbers.",
+        "",
         "## Setup",
         "",
         *[f"- {key}: {value}" for key, value in setup.items()],
         "",
-        "## Results",
-        "",
-        markdown_table(rows),
-        "",
-        *_findings(rows),
-        "",
-        *[f"![{PLOTS[name]}]({name})\n" for name in plots],
-        READING_GUIDE,
     ]
+    for title, make in TABLES:
+        columns, rows = make(result)
+        lines += [f"## {title}", "", f"<!-- table:{make.__name__} -->"]
+        lines += [markdown_table(columns, rows) if rows else "(needs gmpo and grpo, or two losses)"]
+        lines += [f"<!-- /table:{make.__name__} -->", "", SECTION_NOTES[title], ""]
+    lines += ["## Per seed", "", per_seed_table(result), ""]
+    lines += ["## Plots", "", *[f"![{PLOTS[name]}]({name})\n" for name in plots], READING_GUIDE]
     path.write_text("\n".join(lines))

@@ -67,7 +67,8 @@ def sample_completions(
     generator: torch.Generator,
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample responses for left-padded prompts (B, P).
+    """Sample responses for left-padded prompts (B, P); ``temperature`` 0 decodes greedily
+    (argmax, ``generator`` unused).
 
     Returns (input_ids (B, P + T), attention_mask (B, P + T), finished (B,) bool: EOS seen).
     Positions after a row's EOS hold ``pad_id`` and mask 0.
@@ -76,8 +77,11 @@ def sample_completions(
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     for _ in range(max_new_tokens):
         logits = _last_logits(model, ids, mask)
-        probs = torch.softmax(logits / temperature, dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        if temperature == 0:
+            token = logits.argmax(dim=-1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         ids = torch.cat([ids, token[:, None]], dim=1)
         mask = torch.cat([mask, (~finished).long()[:, None]], dim=1)
@@ -95,8 +99,55 @@ def completion_text(tokenizer, tokens: list[int], finished: bool) -> str:
 
 def _last_logits(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Float32 logits (B, V) for the next token after ``ids`` (B, L)."""
-    position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)
+    position_ids = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     return model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, -1].float()
+
+
+@dataclass
+class Scored:
+    """Completions of a list of prompts and their rewards (layout: ``gmpo_plugins.compare.model``)."""
+
+    input_ids: torch.Tensor  # (B, P_len + T) long
+    attention_mask: torch.Tensor  # (B, P_len + T) long
+    prompt_len: int
+    rewards: torch.Tensor  # (B,) float32
+
+
+def score_completions(
+    model,
+    tokenizer,
+    problems: list[Problem],
+    *,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    device: torch.device,
+    temperature: float = 1.0,
+) -> Scored:
+    """One completion per problem (temperature 0: greedy), scored with the task's reward."""
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, problems, device)
+    input_ids, attention_mask, finished = sample_completions(
+        model,
+        prompt_ids,
+        prompt_mask,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        max_new_tokens=max_new_tokens,
+        generator=generator,
+        temperature=temperature,
+    )
+    prompt_len = prompt_ids.shape[1]
+    response_mask = attention_mask[:, prompt_len:].bool()
+    response_ids = input_ids[:, prompt_len:]
+    texts = [
+        completion_text(tokenizer, row[m].tolist(), bool(done))
+        for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu(), strict=True)
+    ]
+    rewards = torch.tensor(
+        [reward(text, bool(done), p.answer) for text, done, p in zip(texts, finished.cpu(), problems, strict=True)],
+        dtype=torch.float32,
+        device=device,
+    )
+    return Scored(input_ids, attention_mask, prompt_len, rewards)
 
 
 def collect_rollout(
@@ -111,33 +162,14 @@ def collect_rollout(
 ) -> Rollout:
     """Sample ``group_size`` completions per problem, score them, normalise per group."""
     repeated = [p for p in problems for _ in range(group_size)]
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, repeated, device)
-    input_ids, attention_mask, finished = sample_completions(
-        model,
-        prompt_ids,
-        prompt_mask,
-        eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id,
-        max_new_tokens=max_new_tokens,
-        generator=generator,
-    )
-    prompt_len = prompt_ids.shape[1]
-    response_mask = attention_mask[:, prompt_len:].bool()
-    response_ids = input_ids[:, prompt_len:]
-    texts = [
-        completion_text(tokenizer, row[m].tolist(), bool(done))
-        for row, m, done in zip(response_ids.cpu(), response_mask.cpu(), finished.cpu(), strict=True)
-    ]
-    rewards = torch.tensor(
-        [reward(text, bool(done), p.answer) for text, done, p in zip(texts, finished.cpu(), repeated, strict=True)],
-        dtype=torch.float32,
-        device=device,
+    scored = score_completions(
+        model, tokenizer, repeated, max_new_tokens=max_new_tokens, generator=generator, device=device
     )
     return Rollout(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        prompt_len=prompt_len,
-        response_mask=response_mask,
-        rewards=rewards,
-        advantages=group_advantages(rewards, group_size),
+        input_ids=scored.input_ids,
+        attention_mask=scored.attention_mask,
+        prompt_len=scored.prompt_len,
+        response_mask=scored.attention_mask[:, scored.prompt_len :].bool(),
+        rewards=scored.rewards,
+        advantages=group_advantages(scored.rewards, group_size),
     )

@@ -16,6 +16,10 @@ Per step (B = prompts_per_step * group_size sequences):
    ``BatchInfo(dp_size=1, global_batch_size=rows, global_num_tokens=valid tokens)``.
    After the first update the ratios pi_theta / pi_old move off 1, so clipping acts.
 
+Every ``eval_every`` steps, at the last step and once before the first (a record with
+``step`` 0 and only the evaluation), the policy is evaluated on the task's held-out prompts
+(``gmpo_plugins.compare.evaluate``): ``heldout_greedy`` and ``heldout_pass``.
+
 Loss metrics are aggregated over the step's updates: ``*_min`` by min, ``*_max`` by max,
 the others by mean. After the updates the trainer itself measures how far the policy moved
 from the rollout policy (``post_*``, ``post_update_spread``), identically for every backend.
@@ -29,15 +33,17 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Generator
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import torch
 
 from gmpo_plugins.compare.backends import LossBackend
+from gmpo_plugins.compare.evaluate import evaluate_held_out
 from gmpo_plugins.compare.model import response_logits
 from gmpo_plugins.compare.rollout import collect_rollout
-from gmpo_plugins.compare.task import ReverseTask
+from gmpo_plugins.compare.task import Task
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
@@ -53,8 +59,9 @@ class RLConfig:
     group_size: int = 8
     ppo_epochs: int = 2
     mini_batches: int = 4
-    lr: float = 2e-3
+    lr: float = 1.5e-4  # the default task's; compare uses the task's rl_lr unless --lr
     max_grad_norm: float = 1.0
+    eval_every: int = 10
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +96,18 @@ def post_update_spread(log_ratio: torch.Tensor, mask: torch.Tensor) -> dict[str,
     }
 
 
+def length_spread(mask: torch.Tensor, group_size: int) -> dict[str, float]:
+    """How response lengths |o| (from ``mask`` (B, T)) vary: ``group_len_range``, the mean over
+    groups of (longest - shortest) within a group; ``group_len_spread``, the standard
+    deviation (population) of the groups' mean lengths."""
+    lengths = mask.sum(-1).double().view(-1, group_size)
+    spread = lengths.mean(1).std(unbiased=False) if lengths.shape[0] > 1 else lengths.new_zeros(())
+    return {
+        "group_len_range": float((lengths.max(1).values - lengths.min(1).values).mean()),
+        "group_len_spread": float(spread),
+    }
+
+
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / mask.sum().clamp_min(1))
 
@@ -110,14 +129,14 @@ def _aggregate(metrics: list[dict[str, float]]) -> dict[str, float]:
 def train(
     initial_model,
     tokenizer,
-    task: ReverseTask,
+    task: Task,
     backend: LossBackend,
     loss_name: str,
     config: RLConfig,
     device: torch.device,
     *,
-    framework: Optional[str] = None,
-) -> Iterator[dict[str, Any]]:
+    framework: str | None = None,
+) -> Generator[dict[str, Any], None, None]:
     """Run ``config.steps`` RL steps from a copy of ``initial_model``; yield one record per step."""
     hparams = get_loss(loss_name).resolve({})
     reference = initial_model.to(device).eval()
@@ -128,6 +147,8 @@ def train(
     shuffle_generator = torch.Generator().manual_seed(config.seed + 2)
     max_new_tokens = task.max_answer_tokens + 4
     start = time.perf_counter()
+    identity = {"framework": framework or backend.name, "loss_name": loss_name, "seed": config.seed}
+    yield {**identity, "step": 0, **evaluate_held_out(policy, tokenizer, task, seed=config.seed, step=0, device=device)}
     for step in range(1, config.steps + 1):
         policy.eval()
         problems = task.sample(config.prompts_per_step, prompt_generator)
@@ -186,13 +207,15 @@ def train(
                 torch.log_softmax(response_logits(policy, ids, attn, plen), dim=-1), tokens
             )
             post = post_update_spread(new_log_probs - old_log_probs, mask)
+        if step % config.eval_every == 0 or step == config.steps:
+            post.update(evaluate_held_out(policy, tokenizer, task, seed=config.seed, step=step, device=device))
         record = {
-            "framework": framework or backend.name,
-            "loss_name": loss_name,
+            **identity,
             "step": step,
             "reward": float(rollout.rewards.mean()),
             "mixed_groups": float((rollout.advantages.view(-1, config.group_size) != 0).any(1).float().mean()),
             "response_len": float(mask.sum(-1).float().mean()),
+            **length_spread(mask, config.group_size),
             "entropy": _masked_mean(entropy, mask),
             "kl_init": _masked_mean(kl_init, mask),
             **_aggregate(update_metrics),

@@ -21,6 +21,17 @@ def run_error(capsys, *args):
         (["--frameworks", "jax"], "valid: core, verl, openrlhf, trl"),
         (["--steps", "0"], "--steps: expected an integer >= 1, got 0"),
         (["--steps", "-3"], "--steps"),
+        (["--seeds", "0"], "--seeds: a count must be in [1, 1000], got 0"),
+        (["--seeds", "5-2"], "--seeds: expected a count N >= 1"),
+        (["--seeds", "two"], "--seeds: expected"),
+        (["--seeds", "-1"], "--seeds: expected"),
+        (["--seeds", "0-99999999999"], "b <= 2147483647"),
+        (["--seed", str(2**64)], "--seed: expected"),
+        (["--seed", "-1"], "--seed: expected"),
+        (["--seed", "1", "--seeds", "3"], "not both"),
+        (["--task", "sort"], "--task: unknown task 'sort'; valid: repeat, reverse"),
+        (["--eval-every", "0"], "--eval-every"),
+        (["--lr", "0"], "--lr"),
     ],
 )
 def test_bad_names_and_steps(capsys, tmp_path, args, expected):

@@ -81,3 +81,23 @@ def test_collect_rollout_scores_and_masks():
     assert rollout.response_mask.sum(1).tolist() == [3, 2, 3, 5]
     assert rollout.response_ids[1, 2:].eq(tokenizer.pad_token_id).all()
     assert rollout.prompt_len == 3 and rollout.input_ids.shape == (4, 8)
+
+
+def test_greedy_decoding_takes_the_argmax():
+    """temperature 0: the scripted (one-hot) token every time, whatever the generator."""
+    from gmpo_plugins.compare.rollout import score_completions
+
+    tokenizer = build_char_tokenizer()
+    ids = {c: tokenizer.convert_tokens_to_ids(c) for c in "12"}
+    script = [[ids["2"], ids["1"], tokenizer.eos_token_id], [ids["1"], tokenizer.eos_token_id]]
+    model = ScriptedModel(script, len(tokenizer), prompt_len=3)
+    scored = score_completions(
+        model,
+        tokenizer,
+        [Problem("12=", "21"), Problem("12=", "21")],
+        max_new_tokens=4,
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        temperature=0.0,
+    )
+    assert scored.rewards.tolist() == [1.0, 0.0]

@@ -33,3 +33,15 @@ def test_gather_log_probs():
     tokens = torch.tensor([[2, 0]])
     expected = torch.tensor([[2.0 - math.log(1 + math.e + math.e**2), 2.0 - math.log(math.e**2 + 2)]])
     torch.testing.assert_close(gather_log_probs(log_softmax, tokens), expected)
+
+
+def test_length_spread_known_values():
+    from gmpo_plugins.compare.trainer import length_spread
+
+    # lengths, groups of 2: [3, 1] and [2, 2]: ranges 2 and 0 -> 1.0; group means 2 and 2 -> spread 0
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]]).bool()
+    assert length_spread(mask, 2) == {"group_len_range": 1.0, "group_len_spread": 0.0}
+    # groups [3, 1] and [1, 1]: ranges 2, 0 -> 1.0; means 2 and 1 -> population std 0.5
+    mask[2, 1] = False
+    mask[3, 1] = False
+    assert length_spread(mask, 2) == {"group_len_range": 1.0, "group_len_spread": 0.5}
