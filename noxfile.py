@@ -3,7 +3,8 @@
 
     nox               every session (the README's test command, run by CI)
     nox -s core       the framework-agnostic core only
-    nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
+    nox -s kernels    the Triton kernels and torch.compile over them, in Triton's CPU interpreter
+                      (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
@@ -44,7 +45,7 @@ def core(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
-    session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", *session.posargs)
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run("gmpo-plugins", "bench", "--shapes", "8x64,32x256", "--dtypes", "fp32,bf16", "--repeats", "2",
                 "--json", bench_json)
@@ -52,12 +53,13 @@ def core(session: nox.Session) -> None:
 
 @nox.session
 def kernels(session: nox.Session) -> None:
-    """The Triton kernels of core/kernels against the eager oracle, in Triton's CPU
-    interpreter (TRITON_INTERPRET=1; on a CUDA machine, run the same tests without it)."""
+    """The Triton kernels of core/kernels against the eager oracle, and torch.compile over
+    their custom operators, in Triton's CPU interpreter (TRITON_INTERPRET=1; on a CUDA
+    machine scripts/gpu_check.sh runs them without it)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "triton")
-    session.run("pytest", "tests/core/test_kernels.py", *WARNINGS_REPORTED, *session.posargs,
-                env={"TRITON_INTERPRET": "1"})
+    session.run("pytest", "tests/core/test_kernels.py", "tests/core/test_compile.py", "-k", "triton",
+                *WARNINGS_REPORTED, *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
 @nox.session
