@@ -48,10 +48,8 @@ def target_rows(result: dict) -> list[list[str]]:
 def machine_line(result: dict) -> str:
     m = result["machine"]
     device = m.get("device_name", m["device"])
-    load = m.get("load_average_1m")
-    load = "" if load is None else f", load average {load:.1f} at start"
     return (f"{m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} ({m['torch_threads']} intra-op threads), "
-            f"device {device}, repeats {result['config']['repeats']}{load}")
+            f"device {device}, repeats {result['config']['repeats']}")
 
 
 def _summary(result: dict) -> str:
