@@ -128,6 +128,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
         "ops: aten operators dispatched by one forward+backward (TorchDispatchMode; a custom operator "
         "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing",
+        f"targets: time ratios judged on {targets.time_basis(device.type, torch.get_num_threads())}"
+        + (" (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
+           "than the wall clock)" if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time" else ""),
     ]
     rows: list[dict] = []
     verl_note = None
@@ -180,6 +183,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "config": asdict(config),
         "rows": rows,
         "scaling": _scaling(rows),
-        "targets": targets.evaluate(rows, device.type, [s.name for s in specs if variants.has_eager(s)]),
+        "targets": targets.evaluate(rows, device.type, [s.name for s in specs if variants.has_eager(s)],
+                                    torch.get_num_threads()),
         "notes": notes,
     }

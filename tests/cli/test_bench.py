@@ -90,6 +90,7 @@ def test_markdown_output(capsys):
     assert "| loss | variant | dtype | B x T |" in out and "| compute ops | aten ops |" in out
     assert "| gspo | fused | fp64 | 2x16 |" in out and "| gspo | eager | fp64 | 2x16 |" in out
     assert "| target | measured | status |" in out and "| CPU gspo fp64 2x16: fused within 10x of the floor |" in out
+    assert "x CPU time (" in out and "wall clock) |" in out  # one thread on CPU: judged on CPU time
 
 
 def test_targets_only(capsys):
