@@ -13,7 +13,8 @@
 #      loss on CUDA against the eager oracle, the no-sync test under
 #      torch.cuda.set_sync_debug_mode("error") in bf16, torch.compile with the Triton custom
 #      operators and inductor; a test that needs what this torch/triton lacks skips with its
-#      reason (pytest -rs, in OUTDIR/pytest.log)
+#      reason (pytest -rs, in OUTDIR/pytest.log); warnings are reported there, not errors,
+#      since the machine's torch and triton are not the pinned ones
 #   4. gmpo-plugins bench --device cuda: OUTDIR/bench-cuda.json and OUTDIR/bench-cuda.md
 #   5. OUTDIR/summary.txt: each step, its status and its time
 #
@@ -161,7 +162,7 @@ if [[ "$DRY_RUN" -eq 1 ]]; then
         echo "  use the installed test dependencies (all import)"
     fi
     echo "  create $OUTDIR"
-    echo "  run (at most ${LIMIT_TESTS}s): $PYTHON -m pytest -q -rs -p no:cacheprovider ${TEST_FILES[*]}" \
+    echo "  run (at most ${LIMIT_TESTS}s): $PYTHON -m pytest -q -rs -p no:cacheprovider -W default ${TEST_FILES[*]}" \
          "-k '$TEST_SELECTION' (TRITON_INTERPRET unset) > $OUTDIR/pytest.log"
     echo "  run (at most ${LIMIT_BENCH}s): $PYTHON -m gmpo_plugins.cli.main ${BENCH_ARGS[*]}" \
          "--json $OUTDIR/bench-cuda.json --markdown > $OUTDIR/bench-cuda.md"
@@ -198,8 +199,8 @@ cd "$REPO" || exit 1
 
 # -- 3. CUDA tests -------------------------------------------------------------------------
 start=$SECONDS
-timeout "$LIMIT_TESTS" "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${TEST_FILES[@]}" -k "$TEST_SELECTION" \
-    >"$OUTDIR/pytest.log" 2>&1
+timeout "$LIMIT_TESTS" "$PYTHON" -m pytest -q -rs -p no:cacheprovider -W default "${TEST_FILES[@]}" \
+    -k "$TEST_SELECTION" >"$OUTDIR/pytest.log" 2>&1
 status=$?
 record tests "$status" $((SECONDS - start)) "$(tail -n 1 "$OUTDIR/pytest.log") (pytest.log)"
 

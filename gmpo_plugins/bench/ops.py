@@ -14,7 +14,8 @@ the kernel launches the same code makes on CUDA, where each op is at least one l
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -55,7 +55,7 @@ def _machine(device: torch.device) -> dict:
 
 
 def _row(
-    loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: Optional[int], counted: ops.OpCount
+    loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: int | None, counted: ops.OpCount
 ) -> dict:
     tokens = shape[0] * shape[1]
     return {

@@ -23,8 +23,6 @@ inflate as they do the wall clock), else on the wall-clock medians; ``basis`` sa
 
 from __future__ import annotations
 
-from typing import Optional
-
 CPU_FLOOR = 10.0
 CUDA_FLOOR = 2.0
 CPU_SPEEDUP = 10.0
@@ -39,23 +37,53 @@ def token_label(n: int) -> str:
     return f"{n / 2**20:g}M" if n >= 2**20 else f"{n / 2**10:g}K" if n >= 2**10 else str(n)
 
 
-def _ratio(value: Optional[float], reference: Optional[float]) -> Optional[float]:
+def _ratio(value: float | None, reference: float | None) -> float | None:
     return None if value is None or reference is None or reference <= 0 else value / reference
 
 
-def _measured(wall: float, cpu: Optional[float], basis: str) -> str:
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+def _measured(wall: float | None, cpu: float | None, basis: str) -> str:
     """The judged figure first, the other one in parentheses."""
     if cpu is None:
-        return f"{wall:.1f}x"
+        return _x(wall)
     if basis == "cpu time":
-        return f"{cpu:.1f}x CPU time ({wall:.1f}x wall clock)"
-    return f"{wall:.1f}x (CPU time: {cpu:.1f}x)"
+        return f"{_x(cpu)} CPU time ({_x(wall)} wall clock)"
+    return f"{_x(wall)} (CPU time: {_x(cpu)})"
 
 
-def _target(kind: str, loss: str, dtype: Optional[str], text: str, measured: str, value: Optional[float],
-            limit: float, met: bool, basis: Optional[str] = None) -> dict:
-    return {"target": text, "measured": measured, "met": bool(met), "kind": kind, "loss": loss, "dtype": dtype,
-            "value": value, "limit": limit, "basis": basis}
+def _at_most(value: float | None, limit: float) -> bool:
+    return value is not None and value <= limit
+
+
+def _at_least(value: float | None, limit: float) -> bool:
+    return value is not None and value >= limit
+
+
+def _target(
+    kind: str,
+    loss: str,
+    dtype: str | None,
+    text: str,
+    measured: str,
+    value: float | None,
+    limit: float,
+    met: bool,
+    basis: str | None = None,
+) -> dict:
+    return {
+        "target": text,
+        "measured": measured,
+        "met": bool(met),
+        "kind": kind,
+        "loss": loss,
+        "dtype": dtype,
+        "value": value,
+        "limit": limit,
+        "basis": basis,
+    }
 
 
 def _shape(row: dict) -> str:
@@ -76,7 +104,7 @@ def evaluate(rows: list[dict], device: str, fused_losses: list[str], threads: in
     """
     basis = time_basis(device, threads)
 
-    def judged(wall: Optional[float], cpu: Optional[float]) -> Optional[float]:
+    def judged(wall: float | None, cpu: float | None) -> float | None:
         return cpu if basis == "cpu time" and cpu is not None else wall
 
     fused = {(r["loss"], r["dtype"], r["tokens"]): r for r in rows if r["variant"] == "fused"}
@@ -97,32 +125,71 @@ def evaluate(rows: list[dict], device: str, fused_losses: list[str], threads: in
                 continue
             limit = CPU_FLOOR if device == "cpu" else CUDA_FLOOR
             value = judged(row["x_floor"], row.get("x_floor_cpu"))
-            out.append(_target("floor", loss, dtype, f"{dev} {loss} {dtype} {_shape(row)}: fused within {limit:g}x "
-                               "of the floor", _measured(row["x_floor"], row.get("x_floor_cpu"), basis), value,
-                               limit, value <= limit, basis))
+            out.append(
+                _target(
+                    "floor",
+                    loss,
+                    dtype,
+                    f"{dev} {loss} {dtype} {_shape(row)}: fused within {limit:g}x of the floor",
+                    _measured(row["x_floor"], row.get("x_floor_cpu"), basis),
+                    value,
+                    limit,
+                    _at_most(value, limit),
+                    basis,
+                )
+            )
     for dtype in dtypes:
         row, oracle = fused.get(("gmpo", dtype, large)), eager.get(("gmpo", dtype, large))
         if device == "cpu" and row and oracle:
             wall, cpu = _ratio(oracle["median_ms"], row["median_ms"]), _ratio(oracle.get("cpu_ms"), row.get("cpu_ms"))
             value = judged(wall, cpu)
-            out.append(_target("speedup", "gmpo", dtype, f"CPU gmpo {dtype} {_shape(row)}: fused >= {CPU_SPEEDUP:g}x "
-                               "faster than eager", _measured(wall, cpu, basis), value, CPU_SPEEDUP, value >= CPU_SPEEDUP,
-                               basis))
+            out.append(
+                _target(
+                    "speedup",
+                    "gmpo",
+                    dtype,
+                    f"CPU gmpo {dtype} {_shape(row)}: fused >= {CPU_SPEEDUP:g}x faster than eager",
+                    _measured(wall, cpu, basis),
+                    value,
+                    CPU_SPEEDUP,
+                    _at_least(value, CPU_SPEEDUP),
+                    basis,
+                )
+            )
     row = fused.get(("gmpo", "fp32", large))
     strict = floors.get(("floor, preallocated out", "fp32", large))
     if row and strict and strict["median_ms"] > 0:
         limit = CPU_FLOOR if device == "cpu" else CUDA_FLOOR
         wall, cpu = _ratio(row["median_ms"], strict["median_ms"]), _ratio(row.get("cpu_ms"), strict.get("cpu_ms"))
         value = judged(wall, cpu)
-        out.append(_target("stricter", "gmpo", "fp32", f"(stricter) {dev} gmpo fp32 {_shape(row)}: fused within "
-                           f"{limit:g}x of the floor with a preallocated output", _measured(wall, cpu, basis), value, limit,
-                           value <= limit, basis))
+        out.append(
+            _target(
+                "stricter",
+                "gmpo",
+                "fp32",
+                f"(stricter) {dev} gmpo fp32 {_shape(row)}: fused within "
+                f"{limit:g}x of the floor with a preallocated output",
+                _measured(wall, cpu, basis),
+                value,
+                limit,
+                _at_most(value, limit),
+                basis,
+            )
+        )
     if row and row["extra_bytes"] is not None:
         extra, allowed = row["extra_bytes"], row["tokens"] + ROW_ALLOWANCE * row["batch"]
-        out.append(_target("memory", "gmpo", "fp32", f"gmpo fp32 {_shape(row)}: peak extra memory <= 1 byte/token + "
-                           f"{ROW_ALLOWANCE} bytes/sequence",
-                           f"{extra / row['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
-                           extra / row["tokens"], 1.0, extra <= allowed))
+        out.append(
+            _target(
+                "memory",
+                "gmpo",
+                "fp32",
+                f"gmpo fp32 {_shape(row)}: peak extra memory <= 1 byte/token + {ROW_ALLOWANCE} bytes/sequence",
+                f"{extra / row['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
+                extra / row["tokens"],
+                1.0,
+                extra <= allowed,
+            )
+        )
     counted = [r for r in rows if r["variant"] == "fused" and r["loss"] == "gmpo" and r.get("compute_ops") is not None]
     counted = [r for r in counted if r["dtype"] == "fp32"] or counted
     if counted:
@@ -131,14 +198,32 @@ def evaluate(rows: list[dict], device: str, fused_losses: list[str], threads: in
         measured = f"{worst['compute_ops']} at {_shape(worst)} ({worst['aten_ops']} with views and allocations)"
         if least is not worst:
             measured += f"; {least['compute_ops']} at {_shape(least)}"
-        out.append(_target("ops", "gmpo", worst["dtype"], f"gmpo {worst['dtype']}: at most {MAX_OPS} aten ops that "
-                           "compute per forward+backward, at every shape", measured, worst["compute_ops"], MAX_OPS,
-                           worst["compute_ops"] <= MAX_OPS))
+        out.append(
+            _target(
+                "ops",
+                "gmpo",
+                worst["dtype"],
+                f"gmpo {worst['dtype']}: at most {MAX_OPS} aten ops that compute per forward+backward, at every shape",
+                measured,
+                worst["compute_ops"],
+                MAX_OPS,
+                worst["compute_ops"] <= MAX_OPS,
+            )
+        )
     if row and row.get("launches") is not None:
         launches = row["launches"]
-        out.append(_target("launches", "gmpo", "fp32", f"CUDA gmpo fp32 {_shape(row)}: at most {MAX_LAUNCHES} kernel "
-                           "launches per forward+backward", str(launches), launches, MAX_LAUNCHES,
-                           launches <= MAX_LAUNCHES))
+        out.append(
+            _target(
+                "launches",
+                "gmpo",
+                "fp32",
+                f"CUDA gmpo fp32 {_shape(row)}: at most {MAX_LAUNCHES} kernel launches per forward+backward",
+                str(launches),
+                launches,
+                MAX_LAUNCHES,
+                launches <= MAX_LAUNCHES,
+            )
+        )
     if small != large:
         for dtype in dtypes:
             for loss in fused_losses:
@@ -148,8 +233,19 @@ def evaluate(rows: list[dict], device: str, fused_losses: list[str], threads: in
                 wall = _ratio(a["ns_per_token"], b["ns_per_token"])
                 cpu = _ratio(_ratio(a.get("cpu_ms"), a["tokens"]), _ratio(b.get("cpu_ms"), b["tokens"]))
                 value = judged(wall, cpu)
-                out.append(_target("scaling", loss, dtype, f"{dev} {loss} {dtype}: time per token at "
-                                   f"{token_label(small)} tokens within {MAX_SMALL_OVER_LARGE:g}x of that at "
-                                   f"{token_label(large)}", _measured(wall, cpu, basis), value, MAX_SMALL_OVER_LARGE,
-                                   value <= MAX_SMALL_OVER_LARGE, basis))
+                out.append(
+                    _target(
+                        "scaling",
+                        loss,
+                        dtype,
+                        f"{dev} {loss} {dtype}: time per token at "
+                        f"{token_label(small)} tokens within {MAX_SMALL_OVER_LARGE:g}x of that at "
+                        f"{token_label(large)}",
+                        _measured(wall, cpu, basis),
+                        value,
+                        MAX_SMALL_OVER_LARGE,
+                        _at_most(value, MAX_SMALL_OVER_LARGE),
+                        basis,
+                    )
+                )
     return out

@@ -11,6 +11,8 @@ Triton's CPU interpreter (the ``kernels`` nox session) or on CUDA.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch._dynamo
@@ -98,8 +100,8 @@ def test_changing_hyper_parameters_stay_in_one_graph():
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     inputs = _inputs()
     for eps_high in (0.3, 0.35, 0.45):
-        got = _forward_backward(lambda *a: compiled(*a, eps_high), *inputs)
-        want = _forward_backward(lambda *a: step(*a, eps_high), *inputs)
+        got = _forward_backward(functools.partial(compiled, eps_high=eps_high), *inputs)
+        want = _forward_backward(functools.partial(step, eps_high=eps_high), *inputs)
         _assert_same(got, want)
 
 
@@ -121,6 +123,7 @@ def test_triton_path_compiles_in_one_graph(name):
     _assert_same(_forward_backward(compiled, *inputs), _forward_backward(step, *inputs))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not (torch.cuda.is_available() and triton_importable()), reason="needs CUDA and triton")
 @pytest.mark.parametrize("name", ["gmpo", "grpo"])
 def test_inductor_on_cuda(name):

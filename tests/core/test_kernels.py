@@ -359,6 +359,7 @@ def test_triton_long_rows_and_half_inputs(name, dtype):
     assert_agree(name, inputs, BatchInfo(), _params(name, {}, (0.4, 0.4)), "triton", TRITON_DEVICE)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", FUSED_LOSSES)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -70,7 +70,8 @@ def test_dry_run_prints_the_steps_and_writes_nothing(tmp_path):
     assert "use the installed test dependencies (all import)" in result.stdout  # this venv has them
     assert "-k 'cuda or triton' (TRITON_INTERPRET unset)" in result.stdout
     assert f"bench --device cuda --repeats 20 --json {out}/bench-cuda.json --markdown > {out}/bench-cuda.md" in (
-        result.stdout)
+        result.stdout
+    )
     if not torch.cuda.is_available():
         assert "a real run would stop here, exit status 3" in result.stdout
     assert not out.exists()

@@ -26,7 +26,7 @@ TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TRITON_IMPORTABLE: dict[str, bool] = {}
 
 
-@torch.compiler.assume_constant_result
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
 def triton_importable() -> bool:
     """True when ``triton`` imports. An installed but broken triton (driver or version
     mismatch) counts as absent, so ``impl="auto"`` falls back to the torch backend.

@@ -133,7 +133,9 @@ def _forward_op(
 
 
 @_forward_op.register_fake
-def _forward_shapes(log_probs, old_log_probs, mask, lo, hi):
+def _forward_shapes(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     out = log_probs.new_empty((7, batch), dtype=torch.float32)
     return out, log_probs.new_empty((batch, length), dtype=torch.uint8)
@@ -150,7 +152,7 @@ def _backward_op(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -
 
 
 @_backward_op.register_fake
-def _backward_shapes(active, coef, dtype):
+def _backward_shapes(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return active.new_empty(active.shape, dtype=dtype)
 
 
@@ -158,7 +160,9 @@ def forward(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(stats (7, B) float32, active (B, T) bool); inputs need a unit stride along T."""
-    log_probs, old_log_probs, mask = (t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask))
+    log_probs, old_log_probs, mask = (
+        t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask)
+    )
     out, active = _forward_op(
         log_probs, old_log_probs, _as_bytes(mask), lo.to(torch.float32).contiguous(), hi.to(torch.float32).contiguous()
     )
@@ -167,4 +171,5 @@ def forward(
 
 def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """grad (B, T) in ``dtype``: coef_i where active, 0 elsewhere."""
-    return _backward_op(active.view(torch.uint8), coef.to(torch.float32).contiguous(), dtype)
+    grad: torch.Tensor = _backward_op(active.view(torch.uint8), coef.to(torch.float32).contiguous(), dtype)
+    return grad
