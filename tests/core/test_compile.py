@@ -21,6 +21,11 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
 LOSSES = [spec.name for spec in list_losses()]
+# Dynamo itself instantiates torch.autograd.Function while it traces any autograd.Function
+# (torch/_dynamo/side_effects.py, track_object_new), which torch then warns about; not this code's doing
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*torch.autograd.function.Function'> should not be instantiated:DeprecationWarning"
+)
 TRITON_RUNS = triton_importable() and (torch.cuda.is_available() or triton_interpreter())
 
 
