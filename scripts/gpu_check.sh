@@ -38,8 +38,8 @@ OUTDIR=""
 # seconds per step: together under 5 minutes
 LIMIT_ENV=30
 LIMIT_DEPS=30
-LIMIT_TESTS=170
-LIMIT_BENCH=60
+LIMIT_TESTS=160
+LIMIT_BENCH=75
 TEST_FILES=(tests/core/test_kernels.py tests/core/test_no_sync.py tests/core/test_compile.py)
 TEST_SELECTION="cuda or triton"
 BENCH_ARGS=(bench --device cuda --repeats 20)
