@@ -215,9 +215,9 @@ def lint(session: nox.Session) -> None:
 
 def dist(session: nox.Session) -> None:
     """The artefacts users install: `python -m build` (the sdist, then the wheel built from
-    the unpacked sdist; no warning allowed), `twine check`, tests/dist/check_artefacts.py
+    the unpacked sdist; no warning allowed), `twine check`, tests/packaging/check_artefacts.py
     (contents, metadata, entry points, one version, documented extras), then the wheel, not the
-    checkout, in a fresh virtualenv: tests/dist/check_install.py core (`gmpo-plugins list
+    checkout, in a fresh virtualenv: tests/packaging/check_install.py core (`gmpo-plugins list
     --json`, get_loss("gmpo")), extras (`pip install --dry-run` of every extra) and, with
     the wheel's [verl] extra at VERL_REQUIREMENTS, verl (`import verl` finds loss_mode=gmpo).
     """
@@ -233,7 +233,7 @@ def dist(session: nox.Session) -> None:
         log.write(output)
     artefacts = sorted(glob.glob(os.path.join(dist_dir, "*")))
     session.run("twine", "check", "--strict", *artefacts)
-    session.run("python", "tests/dist/check_artefacts.py", dist_dir, "--build-log", build_log)
+    session.run("python", "tests/packaging/check_artefacts.py", dist_dir, "--build-log", build_log)
 
     (wheel,) = glob.glob(os.path.join(dist_dir, "*.whl"))
     venv = os.path.join(tmp, "wheel-venv")
@@ -241,8 +241,8 @@ def dist(session: nox.Session) -> None:
     python = os.path.join(venv, "bin", "python")
     constraints = torch_constraint(session)
     session.run(python, "-m", "pip", "install", "--quiet", "-c", constraints, wheel, external=True)
-    session.run(python, "tests/dist/check_install.py", "core", external=True)
-    session.run(python, "tests/dist/check_install.py", "extras", wheel, constraints, external=True)
+    session.run(python, "tests/packaging/check_install.py", "core", external=True)
+    session.run(python, "tests/packaging/check_install.py", "extras", wheel, constraints, external=True)
     session.run(python, "-m", "pip", "install", "--quiet", "-c", constraints, f"{wheel}[verl]", *VERL_REQUIREMENTS,
                 external=True)
-    session.run(python, "tests/dist/check_install.py", "verl", external=True)
+    session.run(python, "tests/packaging/check_install.py", "verl", external=True)
