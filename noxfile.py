@@ -214,14 +214,20 @@ def lint(session: nox.Session) -> None:
 
 
 def dist(session: nox.Session) -> None:
-    """The artefacts users install: `python -m build` (the sdist, then the wheel built from
-    the unpacked sdist; no warning allowed), `twine check`, tests/packaging/check_artefacts.py
-    (contents, metadata, entry points, one version, documented extras), then the wheel, not the
-    checkout, in a fresh virtualenv: tests/packaging/check_install.py core (`gmpo-plugins list
-    --json`, get_loss("gmpo")), extras (`pip install --dry-run` of every extra) and, with
-    the wheel's [verl] extra at VERL_REQUIREMENTS, verl (`import verl` finds loss_mode=gmpo).
+    """The artefacts users install, checked as built and as installed from the wheel:
+
+    1. CITATION.cff against its schema (cffconvert);
+    2. `python -m build`: the sdist, then the wheel built from the unpacked sdist; a
+       deprecation or Python warning in its output fails the session;
+    3. `twine check --strict`, and tests/packaging/check_artefacts.py (contents, metadata,
+       entry points, one version, the extras the docs name);
+    4. the wheel, not the checkout, in a fresh virtualenv, where tests/packaging/check_install.py
+       runs `core` (`gmpo-plugins list --json`, get_loss("gmpo")), `extras` (every extra
+       resolves with `pip install --dry-run`) and, once the wheel's [verl] extra is installed
+       at VERL_REQUIREMENTS, `verl` (a plain `import verl` resolves loss_mode=gmpo).
     """
-    session.install("build", "twine")
+    session.install("build", "twine", "cffconvert", "tomli; python_version < '3.11'")
+    session.run("cffconvert", "--validate", "--infile", "CITATION.cff")
     tmp = session.create_tmp()
     dist_dir = os.path.join(tmp, "dist")
     shutil.rmtree(dist_dir, ignore_errors=True)

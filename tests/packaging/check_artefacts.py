@@ -30,9 +30,13 @@ import email.parser
 import re
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "gmpo_plugins"
@@ -104,10 +108,11 @@ def check_wheel(checks: Checks, wheel: Path, version: str, pyproject: dict) -> d
         names = set(archive.namelist())
         metadata = email.parser.Parser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
         entry_points = wheel_entry_points(archive.read(f"{dist_info}/entry_points.txt").decode())
-        license_text = archive.read(f"{dist_info}/licenses/LICENSE") if f"{dist_info}/licenses/LICENSE" in names else b""
+        licence = f"{dist_info}/licenses/LICENSE"
+        licence_text = archive.read(licence) if licence in names else b""
 
     tops = {name.split("/")[0] for name in names}
-    checks.expect(tops == {PACKAGE, dist_info}, f"wheel: unexpected top-level entries {sorted(tops - {PACKAGE, dist_info})}")
+    checks.expect(tops == {PACKAGE, dist_info}, f"wheel: unexpected top-level entries {sorted(tops)}")
     bad = sorted(name for name in names if forbidden(name))
     checks.expect(not bad, f"wheel: tests, stand-ins or examples inside: {bad}")
     package_files = {name for name in names if name.startswith(f"{PACKAGE}/")}
@@ -115,17 +120,23 @@ def check_wheel(checks: Checks, wheel: Path, version: str, pyproject: dict) -> d
     checks.expect(not expected - package_files, f"wheel: package files missing: {sorted(expected - package_files)}")
     checks.expect(not package_files - expected, f"wheel: files not in the checkout: {sorted(package_files - expected)}")
     checks.expect(f"{PACKAGE}/py.typed" in names, "wheel: gmpo_plugins/py.typed missing")
-    checks.expect(license_text == (REPO / "LICENSE").read_bytes(), "wheel: .dist-info/licenses/LICENSE missing or stale")
+    checks.expect(
+        licence_text == (REPO / "LICENSE").read_bytes(), "wheel: .dist-info/licenses/LICENSE missing or stale"
+    )
 
     checks.expect(metadata["Version"] == version, f"wheel: Version {metadata['Version']} != __version__ {version}")
     metadata_version = tuple(int(part) for part in metadata["Metadata-Version"].split("."))
     checks.expect(metadata_version >= (2, 4), f"wheel: Metadata-Version {metadata['Metadata-Version']} < 2.4")
-    checks.expect(metadata["License-Expression"] == pyproject["project"]["license"],
-                  f"wheel: License-Expression {metadata['License-Expression']!r}")
+    checks.expect(
+        metadata["License-Expression"] == pyproject["project"]["license"],
+        f"wheel: License-Expression {metadata['License-Expression']!r}",
+    )
     checks.expect(metadata.get_all("License-File") == ["LICENSE"], "wheel: License-File is not LICENSE")
     checks.expect(metadata["License"] is None, "wheel: deprecated License field present")
     licence_classifiers = [c for c in metadata.get_all("Classifier") or [] if c.startswith("License ::")]
-    checks.expect(not licence_classifiers, f"wheel: licence classifiers next to the SPDX expression: {licence_classifiers}")
+    checks.expect(
+        not licence_classifiers, f"wheel: licence classifiers beside the SPDX expression: {licence_classifiers}"
+    )
     checks.expect(bool(metadata.get_all("Project-URL")), "wheel: no Project-URL")
     declared_extras = set(pyproject["project"]["optional-dependencies"])
     checks.expect(set(metadata.get_all("Provides-Extra") or []) == declared_extras, "wheel: Provides-Extra differs")
@@ -145,7 +156,7 @@ def check_sdist(checks: Checks, sdist: Path, version: str) -> None:
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(f"{root}/") for name in archive.getnames()}
     for required in SDIST_REQUIRED:
-            checks.expect(required in names, f"sdist: {required} missing")
+        checks.expect(required in names, f"sdist: {required} missing")
     missing = sorted(checkout_package_files() - names)
     checks.expect(not missing, f"sdist: package files missing: {missing}")
     bad = sorted(name for name in names if forbidden(name))
@@ -154,8 +165,10 @@ def check_sdist(checks: Checks, sdist: Path, version: str) -> None:
 
 def check_versions(checks: Checks, version: str) -> None:
     citation = re.search(r"^version:\s*['\"]?([^'\"\s]+)", (REPO / "CITATION.cff").read_text(), re.MULTILINE)
-    checks.expect(citation is not None and citation.group(1) == version,
-                  f"CITATION.cff version {citation and citation.group(1)} != {version}")
+    checks.expect(
+        citation is not None and citation.group(1) == version,
+        f"CITATION.cff version {citation and citation.group(1)} != {version}",
+    )
     releases = re.findall(r"^## \[([^\]]+)\]", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE)
     newest = next((release for release in releases if release.lower() != "unreleased"), None)
     checks.expect(newest == version, f"CHANGELOG.md newest release {newest} != {version}")

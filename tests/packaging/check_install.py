@@ -10,16 +10,19 @@ fresh virtualenv where the wheel, not the checkout, is installed).
         a fresh ``import verl`` (nothing else) resolves ``loss_mode=gmpo`` to our loss,
         through the wheel's ``verl.plugins`` entry point.
     python tests/packaging/check_install.py extras WHEEL CONSTRAINTS
-        ``pip install --dry-run WHEEL[extra] -c CONSTRAINTS`` resolves, for every extra
-        the wheel declares (see ``dry_run`` for the one that needs a CUDA build).
+        ``pip install --dry-run WHEEL[...] -c CONSTRAINTS`` resolves every extra the wheel
+        declares: verl and openrlhf each alone, the others together (see
+        ``SEPARATE_EXTRAS``, and ``SOURCE_BUILD_ENV`` for openrlhf's flash-attn).
 
-Each check runs in a subprocess whose working directory is not the checkout, so that
-nothing is imported from it by accident. Exits 1 with a message when a check fails.
+This script imports gmpo_plugins from the virtualenv (its directory, tests/packaging, is
+first on sys.path, not the checkout); the commands it starts run outside the checkout.
+Exits 1 with a message when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.metadata
 import json
 import math
@@ -44,7 +47,8 @@ def run(command: list[str], *, env: dict[str, str] | None = None, cwd: str | Pat
     with tempfile.TemporaryDirectory() as outside:
         result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd or outside)
     if result.returncode != 0:
-        raise CheckFailed(f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        output = f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        raise CheckFailed(f"{' '.join(command)} exited {result.returncode}:\n{output}")
     return result.stdout
 
 
@@ -53,27 +57,23 @@ def python(code: str, **kwargs) -> str:
 
 
 def check_imported_from_site_packages() -> None:
-    location = python("import gmpo_plugins; print(gmpo_plugins.__file__)").strip()
+    import gmpo_plugins
+
     site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
-    if not Path(location).resolve().is_relative_to(site_packages):
-        raise CheckFailed(f"gmpo_plugins imported from {location}, not from {site_packages}")
-    print(f"ok: gmpo_plugins imported from {location}")
+    if not Path(gmpo_plugins.__file__).resolve().is_relative_to(site_packages):
+        raise CheckFailed(f"gmpo_plugins imported from {gmpo_plugins.__file__}, not from {site_packages}")
+    print(f"ok: gmpo_plugins imported from {gmpo_plugins.__file__}")
 
 
 def check_entry_points() -> None:
     """Every console script and gmpo_plugins entry point of the distribution loads."""
     entry_points = [
-        point for point in importlib.metadata.distribution(DISTRIBUTION).entry_points
+        point
+        for point in importlib.metadata.distribution(DISTRIBUTION).entry_points
         if point.group in ("console_scripts", "gmpo_plugins")
     ]
-    code = (
-        "import importlib.metadata as m\n"
-        f"for p in m.distribution({DISTRIBUTION!r}).entry_points:\n"
-        "    if p.group in ('console_scripts', 'gmpo_plugins'):\n"
-        "        p.load()\n"
-    )
-    python(code)
     for point in entry_points:
+        point.load()
         if point.group == "console_scripts" and not (BIN / point.name).is_file():
             raise CheckFailed(f"console script {point.name} not installed in {BIN}")
     print(f"ok: entry points load: {', '.join(f'[{p.group}] {p.name}' for p in entry_points)}")
@@ -83,11 +83,14 @@ def check_listed_losses() -> None:
     """``gmpo-plugins list --json`` from the wheel names every built-in loss of the checkout."""
     listed = json.loads(run([str(BIN / "gmpo-plugins"), "list", "--json"]))
     installed = {row["name"] for row in listed if row["provider"] == DISTRIBUTION}
-    checkout = json.loads(python(
-        "import json, gmpo_plugins\n"
-        "print(json.dumps([gmpo_plugins.__file__, [s.name for s in gmpo_plugins.list_losses()]]))",
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "GMPO_PLUGINS_DISABLE_AUTOLOAD": "1"},
-    ))
+    checkout = json.loads(
+        python(
+            "import json, gmpo_plugins\n"
+            "print(json.dumps([gmpo_plugins.__file__, [s.name for s in gmpo_plugins.list_losses()]]))",
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), "GMPO_PLUGINS_DISABLE_AUTOLOAD": "1"},
+        )
+    )
     origin, builtins = checkout[0], set(checkout[1])
     if not Path(origin).resolve().is_relative_to(REPO):
         raise CheckFailed(f"the checkout's losses were read from {origin}, not from {REPO}")
@@ -98,21 +101,6 @@ def check_listed_losses() -> None:
     print(f"ok: gmpo-plugins list --json: {', '.join(sorted(installed))}")
 
 
-LOSS_CALL = """
-import json, torch
-from gmpo_plugins import BatchInfo, LossInputs, get_loss
-log_probs = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64, requires_grad=True)
-out = get_loss("gmpo")(
-    LossInputs(log_probs, torch.zeros(2, 2, dtype=torch.float64), torch.tensor([1.0, 0.5], dtype=torch.float64),
-               torch.ones(2, 2, dtype=torch.bool)),
-    BatchInfo(dp_size=1, global_batch_size=2),
-)
-out.loss.backward()
-print(json.dumps({"loss": out.loss.item(), "grad": log_probs.grad.tolist(),
-                  "clip_frac_high": out.metrics["clip_frac_high"].item()}))
-"""
-
-
 def check_loss_call() -> None:
     """gmpo on two sequences of two tokens, old log-probs 0, eps 0.4 (log space), N = 2.
 
@@ -121,17 +109,33 @@ def check_loss_call() -> None:
     dL/dr = -A w / |o| / N = -e^0.2 / 4. Row 1 (A = 0.5): ratios 1, w_1 = 1, L_1 = -0.5,
     gradient -0.5 / 2 / 2 = -0.125 per token. Loss (L_0 + L_1) / 2; 1 of 4 tokens clipped high.
     """
-    result = json.loads(python(LOSS_CALL))
-    expected = {
-        "loss": (-math.exp(0.2) - 0.5) / 2,
-        "grad": [[-math.exp(0.2) / 4, 0.0], [-0.125, -0.125]],
-        "clip_frac_high": 0.25,
-    }
-    got = [result["loss"], *result["grad"][0], *result["grad"][1], result["clip_frac_high"]]
-    want = [expected["loss"], *expected["grad"][0], *expected["grad"][1], expected["clip_frac_high"]]
-    if not all(math.isclose(g, w, rel_tol=1e-12, abs_tol=1e-12) for g, w in zip(got, want)):
-        raise CheckFailed(f"get_loss('gmpo') gave {result}, expected {expected}")
-    print(f"ok: get_loss('gmpo') loss {result['loss']:.12f}, gradient and clip_frac_high as derived by hand")
+    import torch
+
+    from gmpo_plugins import BatchInfo, LossInputs, get_loss
+
+    log_probs = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(
+        log_probs,
+        torch.zeros(2, 2, dtype=torch.float64),
+        torch.tensor([1.0, 0.5], dtype=torch.float64),
+        torch.ones(2, 2, dtype=torch.bool),
+    )
+    out = get_loss("gmpo")(inputs, BatchInfo(dp_size=1, global_batch_size=2))
+    out.loss.backward()
+    e = math.exp(0.2)
+    expected_grad = torch.tensor([[-e / 4, 0.0], [-0.125, -0.125]], dtype=torch.float64)
+    ok = (
+        math.isclose(out.loss.item(), (-e - 0.5) / 2, rel_tol=1e-12)
+        and torch.allclose(log_probs.grad, expected_grad, rtol=1e-12, atol=1e-15)
+        and out.metrics["clip_frac_high"].item() == 0.25
+    )
+    if not ok:
+        raise CheckFailed(
+            f"get_loss('gmpo') gave loss {out.loss.item()}, gradient {log_probs.grad.tolist()}, "
+            f"clip_frac_high {out.metrics['clip_frac_high'].item()}; expected {(-e - 0.5) / 2}, "
+            f"{expected_grad.tolist()}, 0.25"
+        )
+    print(f"ok: get_loss('gmpo') loss {out.loss.item():.12f}, gradient and clip_frac_high as derived by hand")
 
 
 VERL_PROBE = """
@@ -152,40 +156,51 @@ def check_verl() -> None:
     print(f"ok: import verl {result['verl']}: loss_mode=gmpo -> {result['module']} (the verl.plugins entry point)")
 
 
+# packages named in the one-line summary of a dry run
+KEY_PACKAGES = {"verl", "openrlhf", "trl", "transformers", "rich", "matplotlib", "pytest", "nox", "ray", "deepspeed"}
+# extras that cannot share an environment (verl 0.9: transformers < 5.11; OpenRLHF 0.11.2:
+# transformers == 5.15.0) are resolved one by one; every other extra in one resolution
+# together, which shows that each of them resolves (a solution for the union is one for each)
+SEPARATE_EXTRAS = ("verl", "openrlhf")
 # flash-attn, a requirement of openrlhf, is published as source only and its setup.py
 # imports torch: its metadata is prepared here without build isolation (against the
-# virtualenv's torch) and without its CUDA build, as `nox -s openrlhf` installs it.
+# virtualenv's torch, with what else its setup.py imports installed first) and without its
+# CUDA build, as `nox -s openrlhf` installs it.
 SOURCE_BUILD_ENV = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE", "FLASH_ATTENTION_FORCE_BUILD": "TRUE"}
+SOURCE_BUILD_REQUIREMENTS = ("setuptools", "wheel", "packaging", "psutil", "ninja")
 NEEDS_TORCH_TO_BUILD = {"openrlhf"}
 
 
-def dry_run(wheel: Path, extra: str, constraints: Path) -> str:
-    """What ``pip install --dry-run WHEEL[extra]`` would install, torch held by ``constraints``."""
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
-               "-c", str(constraints), f"{wheel.resolve()}[{extra}]"]
+def dry_run(wheel: Path, extras: list[str], constraints: Path) -> str:
+    """What ``pip install --dry-run WHEEL[extras]`` would install, torch held by ``constraints``."""
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-"]
+    command += ["-c", str(constraints), f"{wheel.resolve()}[{','.join(extras)}]"]
     env = dict(os.environ)
-    if extra in NEEDS_TORCH_TO_BUILD:
-        command.insert(4, "--no-build-isolation")
+    if NEEDS_TORCH_TO_BUILD & set(extras):
+        command.append("--no-build-isolation")
         env.update(SOURCE_BUILD_ENV)
     report = json.loads(run(command, env=env))
     names = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report["install"]}
     return ", ".join(f"{name}=={names[name]}" for name in sorted(names) if name in KEY_PACKAGES) or "-"
 
 
-KEY_PACKAGES = {"verl", "openrlhf", "trl", "transformers", "rich", "matplotlib", "pytest", "nox", "ray", "deepspeed",
-                "flash-attn", "flash_attn"}
-
-
 def check_extras(wheel: Path, constraints: Path) -> None:
+    """Dry-run every declared extra, in parallel resolutions (they mostly wait on the index)."""
     extras = importlib.metadata.distribution(DISTRIBUTION).metadata.get_all("Provides-Extra") or []
     if not extras:
         raise CheckFailed("the installed distribution declares no extras")
+    groups = [[extra] for extra in extras if extra in SEPARATE_EXTRAS]
+    groups.append([extra for extra in extras if extra not in SEPARATE_EXTRAS])
+    if NEEDS_TORCH_TO_BUILD & set(extras):
+        run([sys.executable, "-m", "pip", "install", "--quiet", *SOURCE_BUILD_REQUIREMENTS])
     failures = []
-    for extra in extras:
-        try:
-            print(f"ok: [{extra}] resolves: {dry_run(wheel, extra, constraints)}", flush=True)
-        except CheckFailed as exc:
-            failures.append(f"[{extra}] does not resolve: {exc}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        futures = [(group, pool.submit(dry_run, wheel, group, constraints)) for group in groups if group]
+        for group, future in futures:
+            try:
+                print(f"ok: [{','.join(group)}] resolves: {future.result()}", flush=True)
+            except CheckFailed as exc:
+                failures.append(f"[{','.join(group)}] does not resolve: {exc}")
     if failures:
         raise CheckFailed("\n".join(failures))
 
