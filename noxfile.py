@@ -213,6 +213,7 @@ def lint(session: nox.Session) -> None:
                 env={"NO_MKDOCS_2_WARNING": "1"})
 
 
+@nox.session
 def dist(session: nox.Session) -> None:
     """The artefacts users install, checked as built and as installed from the wheel:
 
@@ -246,9 +247,9 @@ def dist(session: nox.Session) -> None:
     session.run("python", "-m", "venv", "--clear", venv)
     python = os.path.join(venv, "bin", "python")
     constraints = torch_constraint(session)
-    session.run(python, "-m", "pip", "install", "--quiet", "-c", constraints, wheel, external=True)
+    pip_install = (python, "-m", "pip", "install", "--quiet", "-c", constraints)
+    session.run(*pip_install, wheel, external=True)
     session.run(python, "tests/packaging/check_install.py", "core", external=True)
     session.run(python, "tests/packaging/check_install.py", "extras", wheel, constraints, external=True)
-    session.run(python, "-m", "pip", "install", "--quiet", "-c", constraints, f"{wheel}[verl]", *VERL_REQUIREMENTS,
-                external=True)
+    session.run(*pip_install, f"{wheel}[verl]", *VERL_REQUIREMENTS, external=True)
     session.run(python, "tests/packaging/check_install.py", "verl", external=True)
