@@ -52,8 +52,9 @@ def run(command: list[str], *, env: dict[str, str] | None = None, cwd: str | Pat
     return result.stdout
 
 
-def python(code: str, **kwargs) -> str:
-    return run([sys.executable, "-c", code], **kwargs)
+def python(code: str, *, env: dict[str, str] | None = None, cwd: str | Path | None = None) -> str:
+    """Run ``code`` with this virtualenv's Python (see ``run``)."""
+    return run([sys.executable, "-c", code], env=env, cwd=cwd)
 
 
 def check_imported_from_site_packages() -> None:
