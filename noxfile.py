@@ -165,10 +165,7 @@ def skyrl(session: nox.Session) -> None:
     on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
     """
     session.install(TORCH)
-    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
-    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
-    with open(constraints, "w") as handle:
-        handle.write(TORCH + "\n")
+    constraints = torch_constraint(session)
     session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")

@@ -11,7 +11,7 @@ fresh virtualenv where the wheel, not the checkout, is installed).
         through the wheel's ``verl.plugins`` entry point.
     python tests/packaging/check_install.py extras WHEEL CONSTRAINTS
         ``pip install --dry-run WHEEL[...] -c CONSTRAINTS`` resolves every extra the wheel
-        declares: verl and openrlhf each alone, the others together (see
+        declares: verl, openrlhf and skyrl each alone, the others together (see
         ``SEPARATE_EXTRAS``, and ``SOURCE_BUILD_ENV`` for openrlhf's flash-attn).
 
 This script imports gmpo_plugins from the virtualenv (its directory, tests/packaging, is
@@ -160,9 +160,10 @@ def check_verl() -> None:
 # packages named in the one-line summary of a dry run
 KEY_PACKAGES = {"verl", "openrlhf", "trl", "transformers", "rich", "matplotlib", "pytest", "nox", "ray", "deepspeed"}
 # extras that cannot share an environment (verl 0.9: transformers < 5.11; OpenRLHF 0.11.2:
-# transformers == 5.15.0) are resolved one by one; every other extra in one resolution
-# together, which shows that each of them resolves (a solution for the union is one for each)
-SEPARATE_EXTRAS = ("verl", "openrlhf")
+# transformers == 5.15.0; SkyRL 0.3: transformers <= 5.8.0) are resolved one by one; every
+# other extra in one resolution together, which shows that each of them resolves (a solution
+# for the union is one for each)
+SEPARATE_EXTRAS = ("verl", "openrlhf", "skyrl")
 # flash-attn, a requirement of openrlhf, is published as source only and its setup.py
 # imports torch: its metadata is prepared here without build isolation (against the
 # virtualenv's torch, with what else its setup.py imports installed first) and without its
