@@ -158,7 +158,7 @@ def check_verl() -> None:
 
 
 # packages named in the one-line summary of a dry run
-FRAMEWORKS = {"verl", "openrlhf", "trl", "skyrl", "transformers", "ray", "deepspeed"}
+FRAMEWORKS = {"verl", "openrlhf", "trl", "skyrl", "transformers", "ray", "deepspeed", "flash_attn"}
 KEY_PACKAGES = FRAMEWORKS | {"rich", "matplotlib", "pytest", "nox"}
 # extras that cannot share an environment (verl 0.9: transformers < 5.11; OpenRLHF 0.11.2:
 # transformers == 5.15.0; SkyRL 0.3: transformers <= 5.8.0) are resolved one by one; every
