@@ -3,7 +3,8 @@
 
     nox               every session (the README's test command, run by CI)
     nox -s core       the framework-agnostic core only
-    nox -s kernels    the Triton kernels in Triton's CPU interpreter (installs triton)
+    nox -s kernels    the Triton kernels and torch.compile over them, in Triton's CPU interpreter
+                      (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
@@ -13,12 +14,15 @@
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
+    nox -s dist       build sdist + wheel, check them, install the wheel (not the checkout) and use it
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
 """
 
+import glob
 import os
+import shutil
 import time
 
 import nox
@@ -30,6 +34,8 @@ TRANSFORMERS = "transformers==5.10.4"
 RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
+# verl 0.9.1 and what importing its workers needs (its verl-core extra)
+VERL_REQUIREMENTS = ("verl==0.9.1", "fastapi", "uvicorn")
 
 nox.options.error_on_missing_interpreters = True
 # pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's
@@ -44,7 +50,7 @@ def core(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
-    session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", *session.posargs)
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run(
         "gmpo-plugins",
@@ -62,12 +68,13 @@ def core(session: nox.Session) -> None:
 
 @nox.session
 def kernels(session: nox.Session) -> None:
-    """The Triton kernels of core/kernels against the eager oracle, in Triton's CPU
-    interpreter (TRITON_INTERPRET=1; on a CUDA machine, run the same tests without it)."""
+    """The Triton kernels of core/kernels against the eager oracle, and torch.compile over
+    their custom operators, in Triton's CPU interpreter (TRITON_INTERPRET=1; on a CUDA
+    machine scripts/gpu_check.sh runs them without it)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "triton")
-    session.run("pytest", "tests/core/test_kernels.py", *WARNINGS_REPORTED, *session.posargs,
-                env={"TRITON_INTERPRET": "1"})
+    session.run("pytest", "tests/core/test_kernels.py", "tests/core/test_compile.py", "-k", "triton",
+                *WARNINGS_REPORTED, *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
 @nox.session
@@ -86,7 +93,7 @@ def verl(session: nox.Session) -> None:
     verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
     `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported)."""
     session.install(TORCH)
-    session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn")
+    session.install("-e", ".[test]", *VERL_REQUIREMENTS)
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "parity")
@@ -126,6 +133,17 @@ OPENRLHF_REQUIREMENTS = (
 )
 
 
+def torch_constraint(session: nox.Session) -> str:
+    """A pip constraints file holding torch at TORCH, next to the session's virtualenv.
+
+    Not in session.create_tmp(): that points TMPDIR into the virtualenv, where Ray refuses its temp_dir.
+    """
+    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
+    with open(constraints, "w") as handle:
+        handle.write(TORCH + "\n")
+    return constraints
+
+
 @nox.session
 def openrlhf(session: nox.Session) -> None:
     """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
@@ -140,10 +158,7 @@ def openrlhf(session: nox.Session) -> None:
     """
     session.install(TORCH)
     session.install("--no-deps", OPENRLHF)
-    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
-    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
-    with open(constraints, "w") as handle:
-        handle.write(TORCH + "\n")
+    constraints = torch_constraint(session)
     session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
     session.install(
         "--no-build-isolation",
@@ -187,10 +202,7 @@ def skyrl(session: nox.Session) -> None:
     on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
     """
     session.install(TORCH)
-    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses its temp_dir
-    constraints = os.path.join(os.path.dirname(session.bin), "torch-constraint.txt")
-    with open(constraints, "w") as handle:
-        handle.write(TORCH + "\n")
+    constraints = torch_constraint(session)
     session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
@@ -231,6 +243,47 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
-    session.run(
-        "mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site", env={"NO_MKDOCS_2_WARNING": "1"}
-    )
+    session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site",
+                env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """The artefacts users install, checked as built and as installed from the wheel:
+
+    1. CITATION.cff against its schema (cffconvert);
+    2. `python -m build`: the sdist, then the wheel built from the unpacked sdist; a
+       deprecation or Python warning in its output fails the session;
+    3. `twine check --strict`, and tests/packaging/check_artefacts.py (contents, metadata,
+       entry points, one version, the extras the docs name);
+    4. the wheel, not the checkout, in a fresh virtualenv, where tests/packaging/check_install.py
+       runs `core` (`gmpo-plugins list --json`, get_loss("gmpo")), `extras` (every extra
+       resolves with `pip install --dry-run`) and, once the wheel's [verl] extra is installed
+       at VERL_REQUIREMENTS, `verl` (a plain `import verl` resolves loss_mode=gmpo).
+    """
+    session.install("build", "twine", "cffconvert", "tomli; python_version < '3.11'")
+    session.run("cffconvert", "--validate", "--infile", "CITATION.cff")
+    tmp = session.create_tmp()
+    dist_dir = os.path.join(tmp, "dist")
+    shutil.rmtree(dist_dir, ignore_errors=True)
+    output = session.run("python", "-m", "build", "--outdir", dist_dir, silent=True)
+    if output is None:  # nox --install-only: nothing was built
+        return
+    build_log = os.path.join(tmp, "build.log")
+    with open(build_log, "w") as log:
+        log.write(output)
+    artefacts = sorted(glob.glob(os.path.join(dist_dir, "*")))
+    session.run("twine", "check", "--strict", *artefacts)
+    session.run("python", "tests/packaging/check_artefacts.py", dist_dir, "--build-log", build_log)
+
+    (wheel,) = glob.glob(os.path.join(dist_dir, "*.whl"))
+    venv = os.path.join(tmp, "wheel-venv")
+    session.run("python", "-m", "venv", "--clear", venv)
+    python = os.path.join(venv, "bin", "python")
+    constraints = torch_constraint(session)
+    pip_install = (python, "-m", "pip", "install", "--quiet", "-c", constraints)
+    session.run(*pip_install, wheel, external=True)
+    session.run(python, "tests/packaging/check_install.py", "core", external=True)
+    session.run(python, "tests/packaging/check_install.py", "extras", wheel, constraints, external=True)
+    session.run(*pip_install, f"{wheel}[verl]", *VERL_REQUIREMENTS, external=True)
+    session.run(python, "tests/packaging/check_install.py", "verl", external=True)

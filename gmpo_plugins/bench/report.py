@@ -1,19 +1,22 @@
-"""Render a bench result (``runner.run_bench``) as rich tables or Markdown."""
+"""Render a bench result (``runner.run_bench``) as rich tables or Markdown.
+
+The Markdown starts with the command and the machine, so that it can be pasted into the
+docs as it is; ``targets_only`` renders just those two lines and the targets table.
+"""
 
 from __future__ import annotations
 
 from typing import Optional
 
+from gmpo_plugins.bench.targets import token_label
+
 COLUMNS = ("loss", "variant", "dtype", "B x T", "tokens", "median ms", "ns/token", "x floor", "x eager",
-           "cpu ms", "x floor (cpu)", "x eager (cpu)", "extra MiB", "extra B/token")
+           "cpu ms", "x floor (cpu)", "x eager (cpu)", "extra MiB", "extra B/token", "compute ops", "aten ops")
+TARGET_COLUMNS = ("target", "measured", "status")
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _tokens(n: int) -> str:
-    return f"{n / 2**20:g}M" if n >= 2**20 else f"{n / 2**10:g}K" if n >= 2**10 else str(n)
 
 
 def measurement_rows(result: dict) -> list[list[str]]:
@@ -21,10 +24,11 @@ def measurement_rows(result: dict) -> list[list[str]]:
     for row in result["rows"]:
         extra = row["extra_bytes"]
         out.append([
-            row["loss"], row["variant"], row["dtype"], f"{row['batch']}x{row['length']}", _tokens(row["tokens"]),
+            row["loss"], row["variant"], row["dtype"], f"{row['batch']}x{row['length']}", token_label(row["tokens"]),
             _fmt(row["median_ms"], 3), _fmt(row["ns_per_token"]), _fmt(row["x_floor"], 1), _fmt(row["x_eager"]),
             _fmt(row.get("cpu_ms"), 3), _fmt(row.get("x_floor_cpu"), 1), _fmt(row.get("x_eager_cpu")),
             "-" if extra is None else f"{extra / 2**20:.2f}", _fmt(row["extra_bytes_per_token"]),
+            str(row.get("compute_ops", "-")), str(row.get("aten_ops", "-")),
         ])
     return out
 
@@ -44,34 +48,45 @@ def target_rows(result: dict) -> list[list[str]]:
 def machine_line(result: dict) -> str:
     m = result["machine"]
     device = m.get("device_name", m["device"])
-    load = m.get("load_average_1m")
-    load = "" if load is None else f", load average {load:.1f} at start"
-    return (f"{m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} ({m['torch_threads']} threads), "
-            f"device {device}, repeats {result['config']['repeats']}{load}")
+    return (f"{m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} ({m['torch_threads']} intra-op threads), "
+            f"device {device}, repeats {result['config']['repeats']}")
 
 
-def to_markdown(result: dict) -> str:
-    """The three tables and the notes as GitHub Markdown."""
-    def table(header, rows):
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
+def _summary(result: dict) -> str:
+    met = sum(t["met"] for t in result["targets"])
+    return f"{met} of {len(result['targets'])} targets met"
 
-    parts = [f"Machine: {machine_line(result)}", "", table(COLUMNS, measurement_rows(result)), "",
-             "Time per token across shapes:", "", table(*scaling_rows(result))]
+
+def _markdown_table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(result: dict, targets_only: bool = False) -> str:
+    """The command, the machine, the tables and the notes as GitHub Markdown (with
+    ``targets_only``: the command, the machine and the targets table)."""
+    parts = []
+    if result.get("command"):
+        parts += [f"Command: `{result['command']}`", ""]
+    parts += [f"Machine: {machine_line(result)}"]
+    if not targets_only:
+        parts += ["", _markdown_table(COLUMNS, measurement_rows(result)), "", "Time per token across shapes:", "",
+                  _markdown_table(*scaling_rows(result))]
     if result["targets"]:
-        parts += ["", "Targets:", "", table(["target", "measured", "status"], target_rows(result))]
-    parts += ["", *[f"- {note}" for note in result["notes"]]]
+        parts += ["", f"Targets ({_summary(result)}):", "", _markdown_table(TARGET_COLUMNS, target_rows(result))]
+    if not targets_only:
+        parts += ["", *[f"- {note}" for note in result["notes"]]]
     return "\n".join(parts) + "\n"
 
 
-def print_rich(result: dict) -> None:
+def print_rich(result: dict, targets_only: bool = False) -> None:
     """Rich tables on stdout (plain Markdown when rich is not installed)."""
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        print(to_markdown(result))
+        print(to_markdown(result, targets_only), end="")
         return
 
     def table(title, header, rows):
@@ -83,10 +98,16 @@ def print_rich(result: dict) -> None:
         return t
 
     console = Console(width=max(160, Console().width))
-    console.print(table(f"gmpo-plugins bench: forward+backward ({machine_line(result)})", COLUMNS,
-                        measurement_rows(result)))
-    console.print(table("time per token across shapes", *scaling_rows(result)))
+    if result.get("command"):
+        console.print(f"command: {result['command']}", highlight=False)
+    if not targets_only:
+        console.print(table(f"gmpo-plugins bench: forward+backward ({machine_line(result)})", COLUMNS,
+                            measurement_rows(result)))
+        console.print(table("time per token across shapes", *scaling_rows(result)))
+    else:
+        console.print(f"machine: {machine_line(result)}", highlight=False)
     if result["targets"]:
-        console.print(table("performance targets", ["target", "measured", "status"], target_rows(result)))
-    for note in result["notes"]:
-        console.print(f"- {note}", highlight=False)
+        console.print(table(f"targets ({_summary(result)})", TARGET_COLUMNS, target_rows(result)))
+    if not targets_only:
+        for note in result["notes"]:
+            console.print(f"- {note}", highlight=False)

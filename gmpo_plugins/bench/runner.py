@@ -6,10 +6,11 @@ Result (JSON-serialisable dict):
     config    the BenchConfig
     rows      one per measurement: loss, variant, batch, length, tokens, dtype, median_ms,
               cpu_ms (CPU only), ns_per_token, x_floor, x_eager (wall clock), x_floor_cpu,
-              x_eager_cpu (process CPU time), extra_bytes, extra_bytes_per_token
+              x_eager_cpu (process CPU time), extra_bytes, extra_bytes_per_token, aten_ops,
+              compute_ops, ops_by_name (``ops.count_ops``), launches (CUDA gmpo fused only)
     scaling   per (loss, variant, dtype): ns/token at each shape and max/min across them
-    targets   the performance targets for gmpo at the largest shape, with measured values
-    notes     what was skipped and how memory was measured
+    targets   ``targets.evaluate``: every target the run can judge, met or not
+    notes     what was skipped and how time, memory and ops were measured
     failed    {loss: error} for losses whose call raised (a broken plugin): measured no
               further, the other losses are
 """
@@ -23,15 +24,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gmpo_plugins.bench import measure, variants
+from gmpo_plugins.bench import measure, ops, targets, variants
 from gmpo_plugins.core.registry import get_loss
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 DEFAULT_SHAPES = ((64, 1024), (256, 4096), (512, 8192))
-TARGET_CPU_SPEEDUP = 8.0
-TARGET_CPU_FLOOR = 10.0
-TARGET_CUDA_FLOOR = 2.0
-ROW_ALLOWANCE = 1024  # bytes per sequence counted as "O(B)" in the memory target
 
 
 @dataclass
@@ -59,7 +56,9 @@ def _machine(device: torch.device) -> dict:
     return info
 
 
-def _row(loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: int | None) -> dict:
+def _row(
+    loss: str, variant: str, shape, dtype: str, timing: measure.Timing, extra: int | None, counted: ops.OpCount
+) -> dict:
     tokens = shape[0] * shape[1]
     return {
         "loss": loss,
@@ -73,6 +72,9 @@ def _row(loss: str, variant: str, shape, dtype: str, timing: measure.Timing, ext
         "ns_per_token": timing.wall * 1e9 / tokens,
         "extra_bytes": extra,
         "extra_bytes_per_token": None if extra is None else extra / tokens,
+        "aten_ops": counted.aten_ops,
+        "compute_ops": counted.compute_ops,
+        "ops_by_name": counted.by_name,
     }
 
 
@@ -107,83 +109,6 @@ def _scaling(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _both(row: dict, key: str) -> str:
-    wall, cpu = row[key], row.get(key + "_cpu")
-    return f"{wall:.1f}x" + ("" if cpu is None else f" (CPU time: {cpu:.1f}x)")
-
-
-def _targets(rows: list[dict], device: torch.device) -> list[dict]:
-    """The performance targets for gmpo fp32 at the largest shape; met is judged on the
-    wall-clock medians (the CPU-time ratio is shown next to it)."""
-    gmpo = [r for r in rows if r["loss"] == "gmpo" and r["dtype"] == "fp32"]
-    if not gmpo:
-        return []
-    largest = max(r["tokens"] for r in gmpo)
-    at = {r["variant"]: r for r in gmpo if r["tokens"] == largest}
-    fused, eager = at.get("fused"), at.get("eager")
-    shape = f"{fused['batch']}x{fused['length']}" if fused else "?"
-    targets = []
-    if fused and eager and device.type == "cpu":
-        speedup = {k: None if fused[k] is None else eager[k] / fused[k] for k in ("median_ms", "cpu_ms")}
-        measured = f"{speedup['median_ms']:.1f}x"
-        if speedup["cpu_ms"] is not None:
-            measured += f" (CPU time: {speedup['cpu_ms']:.1f}x)"
-        targets.append(
-            {
-                "target": f"CPU gmpo fp32 {shape}: fused >= {TARGET_CPU_SPEEDUP:g}x faster than eager",
-                "measured": measured,
-                "met": speedup["median_ms"] >= TARGET_CPU_SPEEDUP,
-            }
-        )
-    if fused:
-        limit = TARGET_CPU_FLOOR if device.type == "cpu" else TARGET_CUDA_FLOOR
-        targets.append(
-            {
-                "target": f"{device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor",
-                "measured": _both(fused, "x_floor"),
-                "met": fused["x_floor"] <= limit,
-            }
-        )
-        strict = next(
-            (
-                r
-                for r in rows
-                if r["variant"] == "floor, preallocated out" and r["dtype"] == "fp32" and r["tokens"] == largest
-            ),
-            None,
-        )
-        if strict is not None and strict["median_ms"] > 0:
-            ratio = fused["median_ms"] / strict["median_ms"]
-            targets.append(
-                {
-                    "target": f"(stricter) {device.type.upper()} gmpo fp32 {shape}: fused within {limit:g}x of the floor "
-                    "with a preallocated output",
-                    "measured": f"{ratio:.1f}x",
-                    "met": ratio <= limit,
-                }
-            )
-        extra = fused["extra_bytes"]
-        if extra is not None:
-            allowed = fused["tokens"] + ROW_ALLOWANCE * fused["batch"]
-            targets.append(
-                {
-                    "target": f"gmpo fp32 {shape}: peak extra memory <= 1 byte/token + {ROW_ALLOWANCE} bytes/sequence",
-                    "measured": f"{extra / fused['tokens']:.3f} bytes/token ({extra / 2**20:.2f} MiB)",
-                    "met": extra <= allowed,
-                }
-            )
-        if "launches" in fused:
-            launches = fused["launches"]
-            targets.append(
-                {
-                    "target": "CUDA gmpo: kernel launches per forward+backward (target <= 2)",
-                    "measured": str(launches),
-                    "met": launches is not None and launches <= 2,
-                }
-            )
-    return targets
-
-
 def _cuda_launches(fn: Callable[[], None]) -> int | None:
     """Kernels launched by one call on CUDA (torch.profiler), None if unavailable."""
     try:
@@ -214,6 +139,11 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             else "CPU: torch.profiler allocation events of torch's CPU allocator, summed in time order"
         ),
         "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
+        "ops: aten operators dispatched by one forward+backward (TorchDispatchMode; a custom operator "
+        "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing",
+        f"targets: time ratios judged on {targets.time_basis(device.type, torch.get_num_threads())}"
+        + (" (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
+           "than the wall clock)" if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time" else ""),
     ]
     rows: list[dict] = []
     failed: dict[str, str] = {}
@@ -230,7 +160,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
                 progress(f"{label} {loss} {variant}")
                 timing = measure.median_times(fn, device, config.repeats)
                 extra = measure.peak_extra_bytes(fn, device, expected, reset=clear_grad)
-                row = _row(loss, variant, shape, dtype_name, timing, extra)
+                row = _row(loss, variant, shape, dtype_name, timing, extra, ops.count_ops(fn))
                 if device.type == "cuda" and loss == "gmpo" and variant == "fused":
                     row["launches"] = _cuda_launches(fn)
                 return row
@@ -276,6 +206,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "config": asdict(config),
         "rows": rows,
         "scaling": _scaling(rows),
-        "targets": _targets(rows, device),
+        "targets": targets.evaluate(rows, device.type, [s.name for s in specs if variants.has_eager(s)],
+                                    torch.get_num_threads()),
         "notes": notes,
     }

@@ -2,12 +2,14 @@
 
     gmpo-plugins bench [--losses gmpo,grpo] [--shapes 64x1024,256x4096,512x8192]
                        [--dtypes fp32,bf16] [--device cpu|cuda] [--repeats N]
-                       [--threads N] [--json PATH] [--markdown]
+                       [--threads N] [--json PATH] [--markdown] [--targets]
 
 Each loss runs fused (the registry path) and, where it has one, eager (the oracle),
 next to verl's built-in geo_mean (when verl is importable) and the floor; see
-``gmpo_plugins.bench``. Bad values (an unwritable --json path included, checked before the
-benchmark runs): one line on stderr, exit status 2. A loss whose call raises (a broken
+``gmpo_plugins.bench``. The output starts with the command that reproduces the run
+(output options aside), and ends with every target the run can judge, met or not
+(``--targets``: only those). Bad values (an unwritable --json path included, checked before
+the benchmark runs): one line on stderr, exit status 2. A loss whose call raises (a broken
 plugin) is reported as failed, the others are measured, and the exit status is 1.
 """
 
@@ -32,6 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables instead of rich ones")
+    parser.add_argument("--targets", action="store_true", help="print only the targets table (the JSON has all)")
     parser.set_defaults(run=run)
 
 
@@ -98,16 +101,36 @@ def parse_config(args: argparse.Namespace):
     return BenchConfig(losses=losses, shapes=shapes, dtypes=dtypes, device=args.device, repeats=repeats)
 
 
+def command_line(config, args: argparse.Namespace) -> str:
+    """The command that repeats the measurements of ``config`` (every option explicit,
+    except ``--losses`` when it is all registered losses), with the output options that
+    shape what is printed (``--markdown``, ``--targets``), not ``--json``'s path."""
+    import torch
+
+    from gmpo_plugins.core.registry import list_losses
+
+    parts = ["gmpo-plugins bench"]
+    if config.losses != [spec.name for spec in list_losses()]:
+        parts.append("--losses " + ",".join(config.losses))
+    parts += ["--shapes " + ",".join(f"{b}x{t}" for b, t in config.shapes), "--dtypes " + ",".join(config.dtypes),
+              f"--device {config.device}", f"--repeats {config.repeats}"]
+    if args.threads is not None:
+        parts.append(f"--threads {torch.get_num_threads()}")
+    parts += [flag for flag, given in (("--markdown", args.markdown), ("--targets", args.targets)) if given]
+    return " ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     config = parse_config(args)
     from gmpo_plugins.bench import run_bench
     from gmpo_plugins.bench.report import print_rich, to_markdown
 
-    result = run_bench(config, progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True))
+    result = {"command": command_line(config, args)}
+    result.update(run_bench(config, progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True)))
     if args.markdown:
-        print(to_markdown(result), end="")
+        print(to_markdown(result, targets_only=args.targets), end="")
     else:
-        print_rich(result)
+        print_rich(result, targets_only=args.targets)
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)

@@ -15,7 +15,9 @@ from gmpo_plugins.core.prepared import IS_AGGREGATIONS
 
 
 def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    # comparisons rather than math.isfinite: under torch.compile a hyper-parameter that
+    # changes between calls becomes a symbolic float, which comparisons accept (NaN fails both)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -math.inf < value < math.inf
 
 
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from gmpo_plugins.bench import measure, variants
+from gmpo_plugins.bench import measure, ops, variants
 from gmpo_plugins.cli.main import main
 from gmpo_plugins.core.kernels import FUSED_LOSSES
 from gmpo_plugins.core.registry import get_loss, list_losses
@@ -43,11 +43,29 @@ def test_bench_grid_and_json(tmp_path, capsys):
             assert row["x_eager"] == 1.0
     assert {(s["loss"], s["variant"], s["dtype"]) for s in result["scaling"]} >= {("gmpo", "fused", "fp32")}
     assert all(s["max_over_min"] >= 1.0 for s in result["scaling"])
-    assert [t["target"].split(":")[0] for t in result["targets"]][:2] == ["CPU gmpo fp32 8x64"] * 2
-    assert any(t["target"].startswith("(stricter)") for t in result["targets"])
+    for row in rows:  # the floor is one torch.where (plus the detach of log_probs, a view)
+        assert row["compute_ops"] <= row["aten_ops"] and sum(row["ops_by_name"].values()) == row["aten_ops"]
+        if row["variant"].startswith("floor"):
+            assert (row["compute_ops"], row["aten_ops"]) == (1, 2)
+    kinds = {(t["kind"], t["loss"], t["dtype"]) for t in result["targets"]}
+    for dtype in ("fp32", "bf16"):
+        for loss in ("gmpo", "grpo"):
+            assert ("floor", loss, dtype) in kinds and ("scaling", loss, dtype) in kinds
+        assert ("speedup", "gmpo", dtype) in kinds
+    assert {("stricter", "gmpo", "fp32"), ("memory", "gmpo", "fp32"), ("ops", "gmpo", "fp32")} <= kinds
+    scaling = next(t for t in result["targets"] if t["kind"] == "scaling")
+    assert "at 128 tokens within 2x of that at 512" in scaling["target"]
+    for target in result["targets"]:
+        assert isinstance(target["met"], bool)
+        if target["kind"] != "memory":  # judged in bytes with a per-sequence allowance, value in bytes/token
+            value, limit = target["value"], target["limit"]
+            assert target["met"] == (value >= limit if target["kind"] == "speedup" else value <= limit)
+    assert result["command"] == ("gmpo-plugins bench --losses gmpo,grpo --shapes 4x32,8x64 --dtypes fp32,bf16 "
+                                 "--device cpu --repeats 2")
     assert VERL or any("verl not importable" in note for note in result["notes"])
     out = capsys.readouterr().out
-    assert "gmpo-plugins bench" in out and "time per token" in out
+    assert "gmpo-plugins bench" in out and "time per token" in out and "targets met" in out
+    assert "issue" not in out.lower()
 
 
 def test_loss_without_fused_path(capsys):
@@ -61,11 +79,47 @@ def test_loss_without_fused_path(capsys):
 
 
 def test_markdown_output(capsys):
+    """Pasteable as it is: the command that made it, then the machine, then the tables."""
     assert main(["bench", "--losses", "gspo", "--shapes", "2x16", "--dtypes", "fp64", "--repeats", "1",
-                 "--markdown"]) == 0
+                 "--threads", "1", "--markdown"]) == 0
     out = capsys.readouterr().out
-    assert "| loss | variant | dtype | B x T |" in out
+    lines = out.splitlines()
+    assert lines[0] == ("Command: `gmpo-plugins bench --losses gspo --shapes 2x16 --dtypes fp64 --device cpu "
+                        "--repeats 1 --threads 1 --markdown`")
+    assert lines[1] == "" and lines[2].startswith("Machine: ") and "(1 intra-op threads)" in lines[2]
+    assert "| loss | variant | dtype | B x T |" in out and "| compute ops | aten ops |" in out
     assert "| gspo | fused | fp64 | 2x16 |" in out and "| gspo | eager | fp64 | 2x16 |" in out
+    assert "| target | measured | status |" in out and "| CPU gspo fp64 2x16: fused within 10x of the floor |" in out
+    assert "x CPU time (" in out and "wall clock) |" in out  # one thread on CPU: judged on CPU time
+
+
+def test_targets_only(capsys):
+    """--targets prints the command, the machine and the targets table, nothing else."""
+    assert main(["bench", "--losses", "gmpo", "--shapes", "2x16,4x16", "--dtypes", "fp32", "--repeats", "1",
+                 "--markdown", "--targets"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Command: `gmpo-plugins bench --losses gmpo --shapes 2x16,4x16 ")
+    assert "--markdown --targets`" in out.splitlines()[0]
+    assert "| loss | variant |" not in out and "time per token across shapes" not in out.lower()
+    assert "| target | measured | status |" in out
+    assert "| gmpo fp32: at most 12 aten ops that compute per forward+backward, at every shape |" in out
+    assert "| CPU gmpo fp32: time per token at 32 tokens within 2x of that at 64 |" in out
+
+
+def test_op_count_by_hand():
+    """(x * 2).sum().backward(): forward mul, sum; backward ones_like (the seed), expand
+    (a view: sum's backward), mul; detach (a view: the gradient stored in .grad)."""
+    x = torch.ones(4, requires_grad=True)
+
+    def step():
+        x.grad = None
+        (x * 2).sum().backward()
+
+    counted = ops.count_ops(step)
+    assert counted.by_name["aten.mul.Tensor"] == 2 and counted.by_name["aten.sum.default"] == 1
+    assert (counted.aten_ops, counted.compute_ops) == (6, 4)
+    assert ops.count_ops(lambda: x.detach().view(2, 2).t()) == (3, 0, {"aten.detach.default": 1,
+                                                                        "aten.view.default": 1, "aten.t.default": 1})
 
 
 @pytest.mark.parametrize(

@@ -387,6 +387,18 @@ def test_triton_long_rows_and_half_inputs(name, dtype):
     assert_agree(name, inputs, BatchInfo(), _params(name, {}, (0.4, 0.4)), "triton", TRITON_DEVICE)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", FUSED_LOSSES)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(max_batch=5, max_length=300, dtypes=(torch.float32,)))
+def test_cuda_registry_path_matches_eager(name, case):
+    """The registry's path on CUDA tensors (impl="auto": Triton for the sequence-level
+    losses where triton imports, the torch blocks for the token-level ones) vs eager on CPU."""
+    inputs, batch, hparams, eps = case
+    assert_agree(name, inputs, batch, _params(name, hparams, eps), "auto", "cuda")
+
+
 @needs_triton
 def test_triton_auto_on_cuda():
     if not torch.cuda.is_available():

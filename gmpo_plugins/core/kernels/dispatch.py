@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 from types import ModuleType
@@ -24,10 +23,21 @@ IMPLS: tuple[Impl, ...] = get_args(Impl)
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-@functools.lru_cache(maxsize=1)
+_TRITON_IMPORTABLE: dict[str, bool] = {}
+
+
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
 def triton_importable() -> bool:
     """True when ``triton`` imports. An installed but broken triton (driver or version
-    mismatch) counts as absent, so ``impl="auto"`` falls back to the torch backend."""
+    mismatch) counts as absent, so ``impl="auto"`` falls back to the torch backend.
+    Probed once; ``torch.compile`` calls it and keeps the result as a constant instead of
+    tracing the import."""
+    if "triton" not in _TRITON_IMPORTABLE:
+        _TRITON_IMPORTABLE["triton"] = _import_triton()
+    return _TRITON_IMPORTABLE["triton"]
+
+
+def _import_triton() -> bool:
     if importlib.util.find_spec("triton") is None:
         return False
     try:

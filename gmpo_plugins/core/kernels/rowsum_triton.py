@@ -5,8 +5,14 @@ forward  one program per row: loops over T in blocks, loads log_probs, old_log_p
          seven statistics of ``RowStats`` in float32 and writes the 1-byte ``active`` mask.
 backward one elementwise pass: grad_t = active_t ? g_i : 0, stored in the input dtype.
 
-Exactly two launches touch (B, T) data per forward+backward. This module imports triton
-at import time; ``gmpo_plugins.core.kernels.dispatch`` imports it only when selected.
+Exactly two launches touch (B, T) data per forward+backward. Each launch is a custom
+operator (``torch.library.custom_op``: ``gmpo_plugins::clipped_row_sums_forward`` and
+``gmpo_plugins::clipped_row_sums_backward``, with shape-only fake implementations), so
+``torch.compile`` treats it as one opaque node instead of breaking the graph on it. A
+custom op rather than ``torch.library.triton_op``: the latter traces its body, which Triton's
+CPU interpreter cannot run on fake tensors, so it could not be tested off a GPU. This module
+imports triton at import time;
+``gmpo_plugins.core.kernels.dispatch`` imports it only when selected.
 """
 
 from __future__ import annotations
@@ -99,23 +105,21 @@ def _as_bytes(mask: torch.Tensor) -> torch.Tensor:
     return mask.view(torch.uint8) if mask.dtype == torch.bool else mask
 
 
-def forward(
+@torch.library.custom_op("gmpo_plugins::clipped_row_sums_forward", mutates_args=())
+def _forward_op(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stats (7, B) float32, active (B, T) bool); inputs need a unit stride along T."""
     batch, length = log_probs.shape
     out = torch.empty((7, batch), dtype=torch.float32, device=log_probs.device)
-    active = torch.empty((batch, length), dtype=torch.bool, device=log_probs.device)
-    log_probs, old_log_probs, mask = (t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask))
-    mask = _as_bytes(mask)
+    active = torch.empty((batch, length), dtype=torch.uint8, device=log_probs.device)
     if batch > 0:
         _row_stats_forward[(batch,)](
             log_probs,
             old_log_probs,
             mask,
-            lo.to(torch.float32).contiguous(),
-            hi.to(torch.float32).contiguous(),
-            active.view(torch.uint8),
+            lo,
+            hi,
+            active,
             out,
             batch,
             length,
@@ -128,19 +132,44 @@ def forward(
     return out, active
 
 
-def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """grad (B, T) in ``dtype``: coef_i where active, 0 elsewhere."""
+@_forward_op.register_fake
+def _forward_shapes(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, length = log_probs.shape
+    out = log_probs.new_empty((7, batch), dtype=torch.float32)
+    return out, log_probs.new_empty((batch, length), dtype=torch.uint8)
+
+
+@torch.library.custom_op("gmpo_plugins::clipped_row_sums_backward", mutates_args=())
+def _backward_op(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     batch, length = active.shape
     grad = torch.empty((batch, length), dtype=dtype, device=active.device)
     if batch > 0 and length > 0:
         grid = (batch, triton.cdiv(length, BACKWARD_BLOCK))
-        _row_coef_backward[grid](
-            coef.to(torch.float32).contiguous(),
-            active.view(torch.uint8),
-            grad,
-            length,
-            active.stride(0),
-            grad.stride(0),
-            BLOCK=BACKWARD_BLOCK,
-        )
+        _row_coef_backward[grid](coef, active, grad, length, active.stride(0), grad.stride(0), BLOCK=BACKWARD_BLOCK)
+    return grad
+
+
+@_backward_op.register_fake
+def _backward_shapes(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return active.new_empty(active.shape, dtype=dtype)
+
+
+def forward(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stats (7, B) float32, active (B, T) bool); inputs need a unit stride along T."""
+    log_probs, old_log_probs, mask = (
+        t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask)
+    )
+    out, active = _forward_op(
+        log_probs, old_log_probs, _as_bytes(mask), lo.to(torch.float32).contiguous(), hi.to(torch.float32).contiguous()
+    )
+    return out, active.view(torch.bool)
+
+
+def backward(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """grad (B, T) in ``dtype``: coef_i where active, 0 elsewhere."""
+    grad: torch.Tensor = _backward_op(active.view(torch.uint8), coef.to(torch.float32).contiguous(), dtype)
     return grad
