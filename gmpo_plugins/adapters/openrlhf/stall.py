@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 import time
-from typing import Optional
 
 TIMEOUT_ENV = "GMPO_OPENRLHF_SCHEDULE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
@@ -64,11 +63,11 @@ class StallWatch:
     def __init__(self, timeout_s: float, poll_s: float = POLL_S) -> None:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
-        self.message: Optional[str] = None
+        self.message: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gmpo-openrlhf-stall-watch", daemon=True)
 
-    def start(self) -> "StallWatch":
+    def start(self) -> StallWatch:
         if self.timeout_s > 0:
             self._thread.start()
         return self

@@ -3,8 +3,9 @@
 ``build_fixtures(root)`` writes:
   model/         a random 2-layer Llama (vocab 64, hidden 32) in bfloat16, the dtype OpenRLHF trains in,
                  its eos row of lm_head scaled by 30 so that sampled completions end at varied lengths
-                 (token-mean and seq-mean-token-mean then differ), with a character-level tokenizer (``PreTrainedTokenizerFast``: WordLevel over single
-                 characters, ``Split("", "isolated")``); bos 1, eos 2, pad 0
+                 (token-mean and seq-mean-token-mean then differ); a character-level tokenizer
+                 (``PreTrainedTokenizerFast``: WordLevel over single characters, ``Split("", "isolated")``);
+                 bos 1, eos 2, pad 0
   prompts.jsonl  ``{"input": "what is a+b?", "label": "<a+b>"}`` for 16 (a, b) pairs
   reward.py      OpenRLHF's ``--reward.remote_url <file>.py`` hook: ``reward_func(queries, prompts, labels)``;
                  the reward of a completion is a deterministic number in [0, 1) from its characters,

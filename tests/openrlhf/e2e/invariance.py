@@ -22,24 +22,29 @@ from pathlib import Path
 import torch
 
 from tests.openrlhf.e2e.fixtures import build_fixtures
-from tests.openrlhf.e2e.runner import Run, initial_weights, run_gmpo_openrlhf
+from tests.openrlhf.e2e.runner import NO_KL_ARGS, Run, initial_weights, run_gmpo_openrlhf
 
 LR, EPS = 10.0, 100.0
 LR_OVER_EPS = LR / EPS
-LINEAR_STEP_ARGS = ["--actor.adam.lr", str(LR), "--actor.adam.eps", str(EPS), "--actor.max_norm", "0"]
+LINEAR_STEP_ARGS = ["--actor.adam.lr", str(LR), "--actor.adam.eps", str(EPS), "--actor.max_norm", "0", *NO_KL_ARGS]
 MICRO_BATCH_SIZES = (4, 2, 1)  # 1, 2, 4 micro-batches of the 4-sample step
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 def step_args(loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple = ()) -> list:
     return [
-        "--actor.policy_loss_type", loss, "--actor.loss_agg_mode", loss_agg_mode,
-        "--train.micro_batch_size", str(micro_batch_size), *LINEAR_STEP_ARGS, *extra,
+        "--actor.policy_loss_type",
+        loss,
+        "--actor.loss_agg_mode",
+        loss_agg_mode,
+        "--train.micro_batch_size",
+        str(micro_batch_size),
+        *LINEAR_STEP_ARGS,
+        *extra,
     ]
 
 
-def one_step(fixtures: dict, out: Path, loss: str, loss_agg_mode: str, micro_batch_size: int,
-             extra: tuple = ()) -> Run:
+def one_step(fixtures: dict, out: Path, loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple = ()) -> Run:
     return run_gmpo_openrlhf(fixtures, out, step_args(loss, loss_agg_mode, micro_batch_size, extra), steps=1).check()
 
 
@@ -60,14 +65,21 @@ def table(fixtures: dict, root: Path, losses: tuple) -> list[dict]:
     rows = []
     for loss in losses:
         for mode in LOSS_AGG_MODES:
-            runs = {4 // size: one_step(fixtures, root / f"{loss}-{mode}-{size}", loss, mode, size)
-                    for size in MICRO_BATCH_SIZES}
+            runs = {
+                4 // size: one_step(fixtures, root / f"{loss}-{mode}-{size}", loss, mode, size)
+                for size in MICRO_BATCH_SIZES
+            }
             reference = update(runs[1], before)
-            rows.append({
-                "loss": loss, "loss_agg_mode": mode,
-                "micro-batches": {n: relative_difference(update(run, before), reference) for n, run in runs.items()},
-                "seconds": [round(run.seconds, 1) for run in runs.values()],
-            })
+            rows.append(
+                {
+                    "loss": loss,
+                    "loss_agg_mode": mode,
+                    "micro-batches": {
+                        n: relative_difference(update(run, before), reference) for n, run in runs.items()
+                    },
+                    "seconds": [round(run.seconds, 1) for run in runs.values()],
+                }
+            )
     return rows
 
 
@@ -82,8 +94,11 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for row in table(fixtures, args.out, tuple(args.losses)):
         diffs = row["micro-batches"]
-        print(f"| {row['loss']} | {row['loss_agg_mode']} | {diffs[2]:.2e} | {diffs[4]:.2e} | "
-              f"{', '.join(map(str, row['seconds']))} |", flush=True)
+        print(
+            f"| {row['loss']} | {row['loss_agg_mode']} | {diffs[2]:.2e} | {diffs[4]:.2e} | "
+            f"{', '.join(map(str, row['seconds']))} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -31,17 +30,29 @@ STANDINS = HERE / "standins"
 SHIMS = HERE.parent / "shims"
 SCRIPT = Path(sys.executable).parent / "gmpo-openrlhf"
 
-# 2 prompts x 2 samples = 4 samples a step, all in one optimizer step (train.batch_size 4)
-STEP_ARGS = (
-    "--data.input_key", "input", "--data.label_key", "label",
-    "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
-    "--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "2",
-    "--algo.kl.use_loss", "--algo.kl.estimator", "k3",
-    "--rollout.batch_size", "2", "--train.batch_size", "4", "--rollout.micro_batch_size", "2",
-    "--data.max_len", "32", "--rollout.max_new_tokens", "8",
-    "--actor.eps_clip_low_high", "0.4", "0.4",
-    "--ds.attn_implementation", "sdpa", "--ds.zero_stage", "2",
-    "--actor.lr_warmup_ratio", "0",
+# 2 prompts x 2 samples = 4 samples a step, all in one optimizer step (train.batch_size 4); no KL term
+# here (the paper's beta 0, and no reference model to start): add KL_LOSS_ARGS or NO_KL_ARGS
+KL_LOSS_ARGS = ("--algo.kl.use_loss", "--algo.kl.estimator", "k3")
+NO_KL_ARGS = ("--algo.kl.init_coef", "0")
+STEP_ARGS = tuple(
+    """
+    --data.input_key input
+    --data.label_key label
+    --vllm.num_engines 1
+    --actor.num_gpus_per_node 1
+    --ref.num_gpus_per_node 1
+    --algo.advantage.estimator group_norm
+    --rollout.n_samples_per_prompt 2
+    --rollout.batch_size 2
+    --train.batch_size 4
+    --rollout.micro_batch_size 2
+    --data.max_len 32
+    --rollout.max_new_tokens 8
+    --actor.eps_clip_low_high 0.4 0.4
+    --ds.attn_implementation sdpa
+    --ds.zero_stage 2
+    --actor.lr_warmup_ratio 0
+    """.split()
 )
 
 
@@ -54,7 +65,7 @@ class Run:
     out: Path
     ray_started: bool
 
-    def check(self) -> "Run":
+    def check(self) -> Run:
         assert self.returncode == 0, f"gmpo-openrlhf exited {self.returncode}:\n{self.output[-6000:]}"
         return self
 
@@ -102,8 +113,16 @@ def initial_weights(model: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def run_gmpo_openrlhf(fixtures: dict, out: Path, args: list, *, steps: int = 1, ray_gpus: int = 4,
-                      timeout: float = 600, extra_env: Optional[dict] = None) -> Run:
+def run_gmpo_openrlhf(
+    fixtures: dict,
+    out: Path,
+    args: list,
+    *,
+    steps: int = 1,
+    ray_gpus: int = 4,
+    timeout: float = 600,
+    extra_env: dict | None = None,
+) -> Run:
     """``gmpo-openrlhf <fixture args> STEP_ARGS <args>`` for ``steps`` global steps (2 prompts each),
     outputs under ``out``; later ``args`` override earlier ones (argparse keeps the last). Ray gets
     ``ray_gpus`` logical GPUs; ``extra_env`` is added to the process environment."""
@@ -111,13 +130,23 @@ def run_gmpo_openrlhf(fixtures: dict, out: Path, args: list, *, steps: int = 1, 
     (out / "record").mkdir(exist_ok=True)
     argv = [
         str(SCRIPT),
-        "--actor.model_name_or_path", str(fixtures["model"]),
-        "--data.prompt_dataset", str(fixtures["prompts"]),
-        "--reward.remote_url", str(fixtures["reward"]),
-        "--data.max_samples", str(2 * steps),
+        "--actor.model_name_or_path",
+        str(fixtures["model"]),
+        "--data.prompt_dataset",
+        str(fixtures["prompts"]),
+        "--reward.remote_url",
+        str(fixtures["reward"]),
+        "--data.max_samples",
+        str(2 * steps),
         *STEP_ARGS,
-        "--ckpt.output_dir", str(out / "final"), "--ckpt.path", str(out / "ckpt"),
-        "--logger.tensorboard_dir", str(out / "tensorboard"), "--logger.wandb.run_name", "run",
+        "--ckpt.output_dir",
+        str(out / "final"),
+        "--ckpt.path",
+        str(out / "ckpt"),
+        "--logger.tensorboard_dir",
+        str(out / "tensorboard"),
+        "--logger.wandb.run_name",
+        "run",
         *args,
     ]
     ray_temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
@@ -134,8 +163,9 @@ def run_gmpo_openrlhf(fixtures: dict, out: Path, args: list, *, steps: int = 1, 
         **(extra_env or {}),
     }
     start = time.monotonic()
-    process = subprocess.Popen(argv, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
         returncode = process.returncode

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tests.openrlhf.e2e.runner import initial_weights, run_gmpo_openrlhf
+from tests.openrlhf.e2e.runner import KL_LOSS_ARGS, initial_weights, run_gmpo_openrlhf
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def gmpo_run(fixtures, tmp_path_factory):
     # lr 1e-2: Adam's first steps move every weight by about lr, past bf16's rounding of the norm weights (1.0)
-    args = ["--actor.policy_loss_type", "gmpo", "--actor.adam.lr", "1e-2"]
+    args = ["--actor.policy_loss_type", "gmpo", "--actor.adam.lr", "1e-2", *KL_LOSS_ARGS]
     return run_gmpo_openrlhf(fixtures, tmp_path_factory.mktemp("gmpo-2-steps"), args, steps=2).check()
 
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import AsyncIterator, Optional
 
 # The version OpenRLHF 0.11.2 pins in its "vllm" extra, so version checks in OpenRLHF
 # (ppo_actor.py, vllm_engine.py) take their current-vLLM branch.
@@ -51,7 +51,7 @@ class CompletionOutput:
     token_ids: list
     text: str
     finish_reason: str
-    logprobs: Optional[list] = None
+    logprobs: list | None = None
 
 
 @dataclass
@@ -98,7 +98,7 @@ class AsyncLLMEngine:
         self._sleeping = False
 
     @classmethod
-    def from_engine_args(cls, engine_args: AsyncEngineArgs) -> "AsyncLLMEngine":
+    def from_engine_args(cls, engine_args: AsyncEngineArgs) -> AsyncLLMEngine:
         return cls(engine_args)
 
     async def is_sleeping(self) -> bool:
@@ -107,7 +107,7 @@ class AsyncLLMEngine:
     async def sleep(self, level: int = 1) -> None:
         self._sleeping = True
 
-    async def wake_up(self, tags: Optional[list] = None) -> None:
+    async def wake_up(self, tags: list | None = None) -> None:
         self._sleeping = False
 
     async def reset_prefix_cache(self) -> None:
@@ -128,8 +128,7 @@ class AsyncLLMEngine:
         seed = request_seed(self.seed, token_ids, sample_index)
         return self._generate(token_ids, sampling_params, request_id, seed, sample_index)
 
-    async def _generate(self, token_ids: list, params: SamplingParams, request_id: str, seed: int,
-                        sample_index: int):
+    async def _generate(self, token_ids: list, params: SamplingParams, request_id: str, seed: int, sample_index: int):
         import torch
 
         eos = self.model.generation_config.eos_token_id
@@ -155,7 +154,7 @@ class AsyncLLMEngine:
         logprobs = None
         if getattr(params, "logprobs", None) is not None:
             rows = [torch.log_softmax(logits[0].float(), -1) for logits in out.logits]
-            logprobs = [{tok: Logprob(float(row[tok]))} for tok, row in zip(new, rows)]
+            logprobs = [{tok: Logprob(float(row[tok]))} for tok, row in zip(new, rows, strict=True)]
         self._record_completion({"prompt": token_ids, "sample": sample_index, "seed": seed, "completion": new})
         text = self.tokenizer.decode(new, skip_special_tokens=getattr(params, "skip_special_tokens", False))
         yield RequestOutput(request_id, token_ids, [CompletionOutput(new, text, finish_reason, logprobs)])
@@ -164,15 +163,17 @@ class AsyncLLMEngine:
         """What vLLM's workers run for OpenRLHF's ``WorkerWrap`` (one worker: tensor parallel size 1)."""
         return [getattr(self, f"_rpc_{method}")(*args)]
 
-    def _rpc_init_process_group(self, master_address, master_port, rank_offset, world_size, group_name, backend,
-                                use_ray) -> None:
+    def _rpc_init_process_group(
+        self, master_address, master_port, rank_offset, world_size, group_name, backend, use_ray
+    ) -> None:
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
 
         if use_ray:
             raise NotImplementedError("this vLLM stand-in syncs weights through the stateless group only")
-        group = StatelessProcessGroup.create(host=master_address, port=master_port, rank=rank_offset,
-                                             world_size=world_size)
+        group = StatelessProcessGroup.create(
+            host=master_address, port=master_port, rank=rank_offset, world_size=world_size
+        )
         self._sync_group = PyNcclCommunicator(group, device="cpu")
 
     def _rpc_update_weight(self, name: str, dtype, shape, empty_cache: bool = False) -> None:

@@ -16,6 +16,6 @@ class StatelessProcessGroup:
     store: dist.Store
 
     @staticmethod
-    def create(host: str, port: int, rank: int, world_size: int, store_timeout: int = 300) -> "StatelessProcessGroup":
+    def create(host: str, port: int, rank: int, world_size: int, store_timeout: int = 300) -> StatelessProcessGroup:
         store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timedelta(seconds=store_timeout))
         return StatelessProcessGroup(rank=rank, world_size=world_size, store=store)
