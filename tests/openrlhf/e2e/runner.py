@@ -74,9 +74,11 @@ class Run:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def completions(self) -> list[dict]:
-        """What the rollout engine generated: ``{"prompt", "sample", "seed", "completion"}`` per request."""
+        """What the rollout engine generated, ``{"prompt", "sample", "seed", "completion"}`` per request, in
+        (prompt, sample) order (requests for different prompts interleave in the async engine)."""
         path = self.out / "record" / "completions.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return sorted(rows, key=lambda row: (row["prompt"], row["sample"]))
 
     def scalars(self) -> dict[str, list[tuple[int, float]]]:
         """Every scalar OpenRLHF's TensorboardLogger wrote: ``{"train/policy_loss": [(step, value), ...]}``."""
