@@ -6,7 +6,8 @@ The process gets ``PYTHONPATH = standins:shims`` (tests/openrlhf/e2e/standins/si
 vLLM / flash-attn stand-ins of tests/openrlhf/shims), which Ray passes on to its workers; a Ray temp dir
 of its own under /tmp (never inside the virtualenv: Ray's socket paths must stay short); DeepSpeed's
 JIT-built CPU ops in ``TORCH_EXTENSIONS_DIR`` (taken from the environment when set, so a cache is built
-once) and the Hugging Face caches in the run's folder. A run that outlives its timeout is killed with
+once; the virtualenv's ``ninja`` comes first on ``PATH``, as another ninja version discards the cache) and
+the Hugging Face caches in the run's folder. A run that outlives its timeout is killed with
 its whole process group and reported with the tail of its output.
 """
 
@@ -155,6 +156,8 @@ def run_gmpo_openrlhf(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(STANDINS), str(SHIMS)]),
+        # the virtualenv's ninja first: DeepSpeed's JIT build cache is only reused by the same ninja version
+        "PATH": os.pathsep.join([str(SCRIPT.parent), os.environ.get("PATH", "")]),
         "TORCHDYNAMO_DISABLE": "1",
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(out / "torch_extensions")),
         "HF_HOME": str(out / "hf"),
