@@ -36,6 +36,7 @@ def test_a_schedule_timeout_that_is_not_a_number_is_refused_before_ray_starts(fi
     assert "GMPO_OPENRLHF_SCHEDULE_TIMEOUT='soon' must be a number of seconds >= 0" in run.output
 
 
+@pytest.mark.ray
 def test_a_ray_scheduling_stall_fails_with_a_message(fixtures, tmp_path):
     """No GPUs in the cluster: OpenRLHF's rollout placement group can never be placed."""
     run = run_gmpo_openrlhf(

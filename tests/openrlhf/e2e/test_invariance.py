@@ -20,7 +20,7 @@ import pytest
 from tests.openrlhf.e2e.invariance import LOSS_AGG_MODES, LR_OVER_EPS, one_step, relative_difference, update
 from tests.openrlhf.e2e.runner import initial_weights
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(1800)]
 TOLERANCE = 2e-2
 
 

@@ -10,7 +10,7 @@ import torch
 
 from tests.openrlhf.e2e.runner import KL_LOSS_ARGS, initial_weights, run_gmpo_openrlhf
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
