@@ -11,6 +11,8 @@
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
+    nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
+                      DeepSpeed, weight sync)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -144,18 +146,10 @@ def torch_constraint(session: nox.Session) -> str:
     return constraints
 
 
-@nox.session
-def openrlhf(session: nox.Session) -> None:
-    """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
-    byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker;
-    then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
-    are reported).
-
-    CPU install: openrlhf without its dependencies, then those with torch held at TORCH,
-    then flash-attn's Python sources only (no CUDA build). tests/openrlhf/shims (on
-    PYTHONPATH for the tests only) stands in for the CUDA-only flash_attn_2_cuda and vllm.
-    Never install triton here (OpenRLHF would take its Triton cross-entropy path).
-    """
+def _install_openrlhf(session: nox.Session) -> None:
+    """CPU install of openrlhf 0.11.2: openrlhf without its dependencies, then those with torch
+    held at TORCH, then flash-attn's Python sources only (no CUDA build), then this project.
+    Never install triton here (OpenRLHF would take its Triton cross-entropy path)."""
     session.install(TORCH)
     session.install("--no-deps", OPENRLHF)
     constraints = torch_constraint(session)
@@ -167,9 +161,30 @@ def openrlhf(session: nox.Session) -> None:
         env={"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
     )
     session.install("-c", constraints, "-e", ".[test]")
-    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
-    env = {"PYTHONPATH": shims, "TORCHDYNAMO_DISABLE": "1"}
-    session.run("pytest", "tests/openrlhf", *WARNINGS_REPORTED, *session.posargs, env=env)
+
+
+DEEPSPEED_CPU_OPS = (
+    "from deepspeed.accelerator import get_accelerator\n"
+    "for name in ('FusedAdamBuilder', 'ShareMemCommBuilder'):\n"
+    "    get_accelerator().create_op_builder(name).load()\n"
+)
+OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
+
+
+@nox.session
+def openrlhf(session: nox.Session) -> None:
+    """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
+    byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker;
+    then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
+    are reported).
+
+    tests/openrlhf/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
+    flash_attn_2_cuda and vllm. The end-to-end runs are the openrlhf_e2e session.
+    """
+    _install_openrlhf(session)
+    env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1"}
+    session.run("pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs,
+                env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 
@@ -209,6 +224,24 @@ def skyrl(session: nox.Session) -> None:
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
     session.run("gmpo-plugins", "parity", env=env)
+
+
+@nox.session
+def openrlhf_e2e(session: nox.Session) -> None:
+    """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
+    loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
+    engine): a 2-step run, micro-batch invariance, ZeRO 3, bad input, the GPU example's arguments.
+
+    Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
+    JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do
+    not build them. tests/openrlhf/e2e/standins and tests/openrlhf/shims stand in for CUDA
+    and vLLM in the processes the tests start (see their docstrings).
+    """
+    _install_openrlhf(session)
+    extensions = os.path.join(os.path.dirname(session.bin), "torch_extensions")
+    env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1", "TORCH_EXTENSIONS_DIR": extensions}
+    session.run("python", "-c", DEEPSPEED_CPU_OPS, env=env)
+    session.run("pytest", "tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
 
 
 @nox.session

@@ -15,6 +15,9 @@ validation and ``train(args)``, unchanged) with three additions:
 3. The ``ray.init`` that ``train(args)`` makes gets ``hook.runtime_env(<OpenRLHF's runtime
    env>)``: OpenRLHF's env vars plus the worker setup hook, which patches PolicyLoss in
    every Ray worker (added once; left out when a ``ray job submit`` env carries it).
+4. ``stall.StallWatch``: a placement group or actor that Ray cannot schedule for
+   ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` seconds (default 600) ends the run with exit status 1
+   and a message naming what waits, instead of a silent wait.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gmpo_plugins.adapters.openrlhf.options import (
     policy_loss_choices,
     registry_spec,
 )
+from gmpo_plugins.adapters.openrlhf.stall import StallWatch, timeout_from_env
 from gmpo_plugins.adapters.openrlhf.version import UnsupportedOpenRLHFVersionError
 
 OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
@@ -161,10 +165,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         install()
-    except UnsupportedOpenRLHFVersionError as exc:
+        watch = StallWatch(timeout_from_env())
+    except (UnsupportedOpenRLHFVersionError, ValueError) as exc:
         raise SystemExit(str(exc)) from exc
-    with _openrlhf_parsing(capture=False), _ray_init_with_hook(), _replaced(sys, "argv", [PROG, *argv]):
-        runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=True)
+    watch.start()
+    try:
+        with _openrlhf_parsing(capture=False), _ray_init_with_hook(), _replaced(sys, "argv", [PROG, *argv]):
+            runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=True)
+    except KeyboardInterrupt:
+        if watch.message is None:
+            raise
+        raise SystemExit(1) from None  # the watch has written its message
+    finally:
+        watch.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,158 @@
+"""TEST-ONLY process set-up for the end-to-end OpenRLHF runs on CPU (tests/openrlhf/e2e).
+
+Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the e2e tests put this directory on
+the ``PYTHONPATH`` of the ``gmpo-openrlhf`` process they start, which Ray passes on to every worker it
+spawns (PPOTrainer, PolicyModelActor, ReferenceModelActor, RolloutRayActor). Nothing here runs in any
+other process, and nothing here ships. Each patch is applied right after the module it patches is
+imported (a post-import hook), so a process that never imports it is untouched:
+
+``torch``
+    OpenRLHF has no device layer and calls CUDA directly: ``torch.cuda.set_device``
+    (utils/deepspeed/deepspeed.py), ``current_device`` (ppo_actor.py, launcher.py), ``synchronize``
+    (distributed_util.py), ``current_stream`` (ppo_actor.py). On a machine without CUDA they raise;
+    here set_device / synchronize are no-ops, current_stream returns None and current_device returns
+    "cpu", so the tensors OpenRLHF places on "the current device" stay on the CPU.
+``openrlhf.trainer.ppo_utils.replay_buffer``
+    ``NaiveReplayBuffer.__init__`` builds ``torch.device(f"cuda:{current_device()}")`` as the device
+    that micro-batches are moved to; here that device is the CPU.
+``ray`` (only with ``OPENRLHF_E2E_RAY`` set: the driver)
+    OpenRLHF's placement groups and actors ask for ``GPU`` resources, which a CPU node lacks (its
+    ``ray.get(placement_group.ready())`` would wait forever). ``ray.init`` of a new local cluster gets
+    the logical resources and the temp dir named in ``OPENRLHF_E2E_RAY`` (JSON: num_cpus, num_gpus,
+    temp_dir); the dashboard is off.
+``gmpo_plugins.adapters.openrlhf.patch`` (only with ``OPENRLHF_E2E_RECORD_DIR`` set)
+    A marker: every call of the registry loss appends one JSON line to ``loss_calls.jsonl`` there (Ray
+    actor class, process id, torch.distributed rank, loss type, micro-batch rows and valid tokens), so
+    a test can count where and how often the loss ran. The loss itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import json
+import os
+import sys
+
+_HOOKS = {}
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self._inner, self._patch = inner, patch
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        patch = _HOOKS.pop(fullname, None)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def after_import(name, patch):
+    """Run ``patch(module)`` once, right after ``name`` is first imported."""
+    _HOOKS[name] = patch
+
+
+def _patch_torch_cuda(torch):
+    cuda = torch.cuda
+    cuda.set_device = lambda device=None: None
+    cuda.synchronize = lambda device=None: None
+    cuda.current_stream = lambda device=None: None
+    cuda.current_device = lambda: "cpu"
+
+
+def _patch_replay_buffer(module):
+    import torch
+
+    original = module.NaiveReplayBuffer.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        current_device = torch.cuda.current_device
+        torch.cuda.current_device = lambda: 0  # for the "cuda:{index}" it formats
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            torch.cuda.current_device = current_device
+        self.target_device = torch.device("cpu")
+
+    module.NaiveReplayBuffer.__init__ = __init__
+
+
+def _patch_ray_init(ray):
+    settings = json.loads(os.environ["OPENRLHF_E2E_RAY"])
+    original = ray.init
+
+    @functools.wraps(original)
+    def init(*args, **kwargs):
+        if not args and kwargs.get("address") is None:
+            kwargs.setdefault("num_cpus", settings["num_cpus"])
+            kwargs.setdefault("num_gpus", settings["num_gpus"])
+            kwargs.setdefault("include_dashboard", False)
+            kwargs.setdefault("_temp_dir", settings["temp_dir"])
+        return original(*args, **kwargs)
+
+    ray.init = init
+
+
+def _actor_class():
+    try:
+        import ray
+
+        actor = ray.get_runtime_context().current_actor
+        return actor._ray_actor_creation_function_descriptor.class_name
+    except Exception:  # noqa: BLE001 - not inside a Ray actor
+        return None
+
+
+def _patch_loss_marker(module):
+    path = os.path.join(os.environ["OPENRLHF_E2E_RECORD_DIR"], "loss_calls.jsonl")
+    original = module.registry_forward
+
+    @functools.wraps(original)
+    def registry_forward(plan, log_probs, old_log_probs, advantages, action_mask, *args, **kwargs):
+        import torch.distributed as dist
+
+        result = original(plan, log_probs, old_log_probs, advantages, action_mask, *args, **kwargs)
+        record = {
+            "actor_class": _actor_class(),
+            "pid": os.getpid(),
+            "rank": dist.get_rank() if dist.is_initialized() else None,
+            "policy_loss_type": plan.policy_loss_type,
+            "rows": int(log_probs.shape[0]),
+            "tokens": int(action_mask.sum()) if action_mask is not None else int(log_probs.numel()),
+        }
+        with open(path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        return result
+
+    module.registry_forward = registry_forward
+
+
+after_import("torch", _patch_torch_cuda)
+after_import("openrlhf.trainer.ppo_utils.replay_buffer", _patch_replay_buffer)
+if os.environ.get("OPENRLHF_E2E_RAY"):
+    after_import("ray", _patch_ray_init)
+if os.environ.get("OPENRLHF_E2E_RECORD_DIR"):
+    after_import("gmpo_plugins.adapters.openrlhf.patch", _patch_loss_marker)
+sys.meta_path.insert(0, _PostImportFinder())

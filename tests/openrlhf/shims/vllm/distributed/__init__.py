@@ -1,0 +1,1 @@
+"""TEST-ONLY stand-in for `vllm.distributed` (see the package docstring)."""

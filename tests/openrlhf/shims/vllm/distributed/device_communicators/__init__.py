@@ -1,0 +1,1 @@
+"""TEST-ONLY stand-in for `vllm.distributed.device_communicators` (see the package docstring)."""
