@@ -7,6 +7,7 @@
                       (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
+    nox -s verl_e2e   verl 0.9.1 RayPPOTrainer.fit() on CPU with our losses (examples/verl_cpu)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
@@ -99,6 +100,20 @@ def verl(session: nox.Session) -> None:
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "parity")
+
+
+@nox.session
+def verl_e2e(session: nox.Session) -> None:
+    """verl's real trainer on CPU (RayPPOTrainer.fit, engine workers, FSDP2 on gloo) with
+    loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks (verl's
+    geo_mean measured), gspo/dapo/KL steps, bad settings, the GPU script's overrides.
+    Stand-ins for the GPU parts: examples/verl_cpu. cachetools: verl's rollout router."""
+    session.install(TORCH)
+    session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn", "cachetools")
+    # pytest's default basetemp (/tmp/pytest-of-<user>) keeps only the last three sessions of
+    # the user: on a shared machine another session can delete the runs' files mid-test
+    basetemp = os.path.join(session.virtualenv.location, "pytest-tmp")
+    session.run("pytest", "tests/verl_e2e", f"--basetemp={basetemp}", *session.posargs)
 
 
 # openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build

@@ -14,6 +14,7 @@ registration is a side effect of the import. Users who disable plugin autoloadin
         actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
 
 Modules: ``options`` (config fields -> hyper-parameters and BatchInfo, refusals),
+``checks`` (``check_policy_loss``: the same refusals on a composed config, before training),
 ``metrics`` (metric names), ``policy_loss`` (the function verl calls), ``registration``
 (names, no shadowing). ``python -m gmpo_plugins.adapters.verl`` prints the name table.
 """
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import logging
 
+from gmpo_plugins.adapters.verl.checks import check_policy_loss
 from gmpo_plugins.adapters.verl.options import VerlConfigError
 from gmpo_plugins.adapters.verl.registration import PREFIX, VerlName, is_ours, register_losses
 
-__all__ = ["PREFIX", "VERL_NAMES", "VerlConfigError", "VerlName", "is_ours", "register_losses"]
+__all__ = ["PREFIX", "VERL_NAMES", "VerlConfigError", "VerlName", "check_policy_loss", "is_ours", "register_losses"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,20 @@
+"""CPU stand-ins that let verl 0.9.1's own PPO trainer run without a GPU (examples only; not
+part of the gmpo-plugins package).
+
+Each replaces one piece that needs CUDA, vLLM or SGLang, through verl's extension points:
+
+    cpu_platform CPU platform          verl.plugin.platform PlatformRegistry ("cpu")
+    rollout    HF ``generate`` server   RolloutReplicaRegistry ("hf") + worker-side BaseRollout
+    workers    gloo process group       ActorRolloutRefWorker.actor_worker_cls and
+                                        run_ppo(config, task_runner_class=CPUTaskRunner)
+    assets     tiny Qwen2, tokenizer, parquet data and reward built locally
+    launch     ``python -m verl_cpu [overrides]``: verl's trainer with the stand-ins
+
+Importing this package registers the platform and the rollout; ``launch`` makes every Ray
+process import it through verl's ``VERL_USE_EXTERNAL_MODULES``.
+"""
+
+from verl_cpu import cpu_platform as _platform  # noqa: F401  (registers the "cpu" platform)
+from verl_cpu import rollout as _rollout
+
+_rollout.register()

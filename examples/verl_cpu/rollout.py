@@ -1,0 +1,239 @@
+"""A rollout server that generates with Hugging Face ``generate`` on the CPU (stand-in for
+verl's vLLM / SGLang servers, which need a GPU).
+
+Two halves, each through verl's own extension point:
+
+``HFReplica`` (driver side), registered as ``actor_rollout_ref.rollout.name=hf`` with
+``verl.workers.rollout.replica.RolloutReplicaRegistry``. verl's ``LLMServerManager`` builds one
+replica per rollout model-parallel group and calls ``launch_servers``; the replica starts one
+``HFRolloutServer`` Ray actor (no CPU reserved: it runs between training phases). verl's agent
+loop then calls the server's token-in/token-out ``generate``; the checkpoint manager calls its
+lifecycle methods (sleep, wake_up, abort_all_requests, ...), which are no-ops here.
+
+``HFServerAdapter`` (worker side), the ``BaseRollout`` verl's ``ActorRolloutRefWorker`` builds
+through ``get_rollout_class(name, "async")``. 0.9.1 has no register function for it, only the
+dict ``verl.workers.rollout.base._ROLLOUT_REGISTRY``, so an entry ``("hf", "async")`` is added
+there. After each actor update verl hands it the actor's full weights (``update_weights``,
+a collective over the FSDP ranks: every rank consumes the generator); the first rank of each
+rollout group sends them to its server.
+
+Reproducible rollouts: each request is sampled with a seed derived from its prompt tokens,
+its request id and the weight version (the trainer's global step). With
+``actor_rollout_ref.rollout.full_determinism=true`` verl's agent loop names each request after
+its position in the batch (``det-<index>``), so two runs that differ only in how the actor
+splits the batch generate identical responses.
+
+Optional: with ``VERL_CPU_SAVE_WEIGHTS=<dir>`` in the environment of verl's task runner (the
+process that launches the servers) each server saves every weight version it receives to
+``<dir>/weights_<replica>_<step>.pt`` (the actor's parameters after that step; step 0 is the
+initial model), for tests that compare parameters between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Generator
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+
+NAME = "hf"
+SAVE_WEIGHTS_ENV = "VERL_CPU_SAVE_WEIGHTS"
+
+
+def server_name(replica_rank: int) -> str:
+    """Ray actor name of a replica's server (the worker-side adapter finds it by name)."""
+    return f"{NAME}_server_{replica_rank}"
+
+
+def request_seed(prompt_ids: list[int], request_id: str, version: int) -> int:
+    """A 63-bit seed from the request's prompt tokens, its id and the weight version."""
+    digest = hashlib.sha256(f"{version}|{request_id}|{','.join(map(str, prompt_ids))}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class HFRolloutServer:
+    """Token-in/token-out generation with ``model.generate`` (a Ray actor).
+
+    Args:
+        model_path: Folder of the Hugging Face model (verl's ``model_config.local_path``).
+        response_length: Maximum new tokens (verl's agent loop sends no ``max_tokens``).
+        replica_rank: Rank of the replica (names saved weight files).
+        save_dir: Folder to save every received weight version to, or None.
+    """
+
+    def __init__(self, model_path: str, response_length: int, replica_rank: int, save_dir: str | None) -> None:
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(1)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="eager")
+        self.model.eval()
+        self.response_length = response_length
+        self.replica_rank = replica_rank
+        self.save_dir = save_dir
+        self.version = 0
+
+    def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any | None = None,
+        video_data: Any | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        """Sample one response; returns its token ids and their log-probs under the sampling
+        distribution (temperature and top-p/top-k applied), as verl's vLLM server does."""
+        temperature = float(sampling_params.get("temperature", 1.0))
+        greedy = temperature <= 0
+        options: dict[str, Any] = {"do_sample": not greedy}
+        if not greedy:
+            top_k = int(sampling_params.get("top_k", -1))
+            options.update(
+                temperature=temperature,
+                top_p=float(sampling_params.get("top_p", 1.0)),
+                top_k=top_k if top_k > 0 else None,
+            )
+        max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 0)
+        max_new = min(max_new, self.response_length) if max_new > 0 else self.response_length
+        torch.manual_seed(request_seed(prompt_ids, request_id, self.version))
+        inputs = torch.tensor([prompt_ids])
+        with torch.no_grad():
+            out = self.model.generate(
+                inputs,
+                attention_mask=torch.ones_like(inputs),
+                max_new_tokens=max_new,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=self.model.generation_config.pad_token_id,
+                **options,
+            )
+        tokens = out.sequences[0, inputs.shape[1] :]
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        length = len(tokens)
+        for k, token in enumerate(tokens.tolist()):
+            if token in eos_ids:
+                length = k + 1
+                break
+        tokens = tokens[:length]
+        scores = torch.stack(out.scores[:length])[:, 0]  # (length, vocab): processed logits
+        log_probs = torch.log_softmax(scores.float(), dim=-1).gather(-1, tokens[:, None])[:, 0]
+        return TokenOutput(
+            token_ids=tokens.tolist(),
+            log_probs=log_probs.tolist(),
+            stop_reason="completed",
+            extra_fields={"global_steps": self.version},
+        )
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int | None) -> None:
+        """Take the actor's weights (full tensors, Hugging Face names)."""
+        self.model.load_state_dict(state_dict, strict=True)
+        if version is not None:
+            self.version = int(version)
+        if self.save_dir:
+            os.makedirs(self.save_dir, exist_ok=True)
+            torch.save(state_dict, os.path.join(self.save_dir, f"weights_{self.replica_rank}_{self.version}.pt"))
+
+    def set_global_steps(self, global_steps: int) -> None:
+        self.version = int(global_steps)
+
+    def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        return {"aborted_count": 0, "request_ids": []}
+
+    def wake_up(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def sleep(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def resume_generation(self) -> None:
+        return None
+
+    def clear_kv_cache(self) -> None:
+        return None
+
+    def release_kv_cache(self) -> None:
+        return None
+
+    def resume_kv_cache(self) -> None:
+        return None
+
+    def wait_for_requests_to_drain(self) -> None:
+        return None
+
+    def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    def stop_profile(self) -> None:
+        return None
+
+
+class HFReplica(RolloutReplica):
+    """verl rollout replica backed by one ``HFRolloutServer`` actor (see the module docstring)."""
+
+    async def launch_servers(self) -> None:
+        server = (
+            ray.remote(HFRolloutServer)
+            .options(name=server_name(self.replica_rank), num_cpus=0, max_concurrency=1)
+            .remote(
+                model_path=self.model_config.get("local_path") or self.model_config.path,
+                response_length=self.config.response_length,
+                replica_rank=self.replica_rank,
+                save_dir=os.environ.get(SAVE_WEIGHTS_ENV) or None,
+            )
+        )
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"{NAME}-replica-{self.replica_rank}"
+
+
+class HFServerAdapter(BaseRollout):
+    """Worker-side half: forwards the actor's weights to this rank's rollout server.
+
+    Args:
+        config: verl's rollout config.
+        model_config: verl's model config.
+        device_mesh: The rollout device mesh verl builds (unused).
+        replica_rank: Rollout replica of this rank; derived from ``RANK`` when -1.
+    """
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
+        super().__init__(config, model_config, device_mesh)
+        group = self.config.tensor_model_parallel_size * self.config.data_parallel_size
+        group *= self.config.pipeline_model_parallel_size
+        rank = int(os.environ.get("RANK", 0))
+        self.replica_rank = rank // group if replica_rank == -1 else replica_rank
+        self.is_leader = rank % group == 0
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    @torch.no_grad()
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        **kwargs: Any,
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise ValueError(f"the hf rollout takes wire_format='named_tensors', got {wire_format!r}")
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}  # collective: every rank
+        if self.is_leader:
+            server = ray.get_actor(server_name(self.replica_rank))
+            await server.load_weights.remote(state, global_steps)
+
+
+def register() -> None:
+    """Make ``actor_rollout_ref.rollout.name=hf`` known to verl on both sides."""
+    RolloutReplicaRegistry.register(NAME, lambda: HFReplica)
+    rollout_base._ROLLOUT_REGISTRY[(NAME, "async")] = f"{HFServerAdapter.__module__}.{HFServerAdapter.__qualname__}"

@@ -1,0 +1,102 @@
+"""Fixtures of the verl end-to-end tests: the task's assets, and every trainer run of the
+session done once, in one batch driver (``harness.run_batch``), shared by the tests.
+
+Figures measured by the tests (the invariance table, run times) are collected in
+``FIGURES`` and printed in pytest's terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import pytest
+
+pytest.importorskip("verl")
+
+from . import harness  # noqa: E402
+from .harness import ACTOR, Run, loss, split  # noqa: E402
+
+sys.path.insert(0, harness.EXAMPLES)
+
+FIGURES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if FIGURES:
+        terminalreporter.section("verl end to end: measured figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
+
+
+def planned_runs(base: list[str]) -> list[Run]:
+    """The session's trainer runs (names are used by the tests)."""
+    gmpo = loss("gmpo")
+    return [
+        Run("gmpo_mb1", base + gmpo + split(1) + ["trainer.total_training_steps=2"]),
+        Run("gmpo_mb2", base + gmpo + split(2)),
+        Run("gmpo_mb4", base + gmpo + split(4)),
+        Run("gmpo_dp2", base + gmpo + split(ranks=2)),
+        Run("split_dependent_mb4", base + loss("split_dependent_gmpo") + split(4)),
+        Run("geo_mean_mb1", base + loss("geo_mean") + split(1)),
+        Run("geo_mean_mb2", base + loss("geo_mean") + split(2)),
+        Run("geo_mean_mb4", base + loss("geo_mean") + split(4)),
+        Run("geo_mean_dp2", base + loss("geo_mean") + split(ranks=2)),
+        Run(
+            "gspo",
+            base
+            + loss("gmpo_plugins.gspo")
+            + split(2)
+            + [f"{ACTOR}.clip_ratio_low=0.0003", f"{ACTOR}.clip_ratio_high=0.0004"],
+        ),
+        Run(
+            "dapo",
+            base
+            + loss("dapo")
+            + split(2)
+            + [f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.28", f"{ACTOR}.loss_agg_mode=token-mean"],
+        ),
+        Run(
+            "gmpo_kl",
+            base
+            + loss("gmpo")
+            + split(2)
+            + [
+                f"{ACTOR}.use_kl_loss=true",
+                f"{ACTOR}.kl_loss_coef=0.1",
+                f"{ACTOR}.kl_loss_type=low_var_kl",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",  # the reference model's log-probs
+            ],
+        ),
+    ]
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("verl_e2e"))
+
+
+@pytest.fixture(scope="session")
+def assets(workdir):
+    from verl_cpu import assets as task  # noqa: PLC0415 (examples/ is put on sys.path above)
+
+    return task.build(os.path.join(workdir, "assets"))
+
+
+@pytest.fixture(scope="session")
+def trainer_runs(workdir, assets) -> dict[str, Run]:
+    """Every planned run, done once in one driver process (one Ray start-up for all); a run
+    that failed is reported by the test that reads it."""
+    ray_dir = tempfile.mkdtemp(prefix="ray_", dir="/tmp")  # Ray's socket paths must stay short
+    runs = planned_runs(harness.common_overrides(assets, workdir, ray_dir))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([harness.HERE, harness.EXAMPLES, env.get("PYTHONPATH", "")])
+    env["VERL_USE_EXTERNAL_MODULES"] = "split_dependent_loss"
+    _, wall = harness.run_batch(runs, workdir, env)
+    FIGURES.append(
+        f"trainer runs: {len(runs)} in one driver, {wall:.0f} s wall; per run (s): "
+        + ", ".join(f"{run.name} {run.seconds:.0f}" for run in runs)
+    )
+    FIGURES.append(f"batch log: {os.path.join(workdir, 'batch.log')}")
+    return {run.name: run for run in runs}
