@@ -44,7 +44,6 @@ CPU_OVERRIDES = [
     "actor_rollout_ref.actor.use_torch_compile=false",
     "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
     "++actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-    "actor_rollout_ref.ref.fsdp_config.param_offload=false",  # verl offloads the reference model (pinned memory)
     "actor_rollout_ref.model.use_remove_padding=false",  # no flash-attn varlen kernel on CPU
     "+actor_rollout_ref.model.override_config.attn_implementation=eager",
     "actor_rollout_ref.rollout.name=hf",

@@ -88,7 +88,20 @@ def test_invariance_table_ours_against_verls_geo_mean(trainer_runs):
 
 @pytest.mark.parametrize(
     ("name", "marker"),
-    [("gspo", "actor/gmpo/seq_weight_max"), ("dapo", "actor/gmpo/clip_frac"), ("gmpo_kl", "actor/kl_loss")],
+    [
+        ("gspo", "actor/gmpo/seq_weight_max"),
+        ("dapo", "actor/gmpo/clip_frac"),
+        pytest.param(
+            "gmpo_kl",
+            "actor/kl_loss",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="verl 0.9.1's FSDP2 engine shards a forward-only model (the reference model of "
+                "use_kl_loss) with CPUOffloadPolicy(pin_memory=True), hard-coded; pinned memory needs an "
+                "accelerator, so the reference worker fails to start on a CPU",
+            ),
+        ),
+    ],
 )
 def test_one_step_with_another_loss_or_the_kl_term(trainer_runs, name, marker):
     run = _ok(trainer_runs[name])
