@@ -6,8 +6,6 @@ docs as it is; ``targets_only`` renders just those two lines and the targets tab
 
 from __future__ import annotations
 
-from typing import Optional
-
 from gmpo_plugins.bench.targets import token_label
 
 COLUMNS = ("loss", "variant", "dtype", "B x T", "tokens", "median ms", "ns/token", "x floor", "x eager",
@@ -15,7 +13,7 @@ COLUMNS = ("loss", "variant", "dtype", "B x T", "tokens", "median ms", "ns/token
 TARGET_COLUMNS = ("target", "measured", "status")
 
 
-def _fmt(value: Optional[float], digits: int = 2) -> str:
+def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 

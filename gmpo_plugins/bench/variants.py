@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Optional
 
 import torch
 
@@ -106,7 +106,7 @@ def floor_preallocated(case: Case) -> Callable[[], None]:
     return call
 
 
-def verl_geo_mean(case: Case, eps: float = 0.4) -> tuple[Optional[Callable[[], None]], str]:
+def verl_geo_mean(case: Case, eps: float = 0.4) -> tuple[Callable[[], None] | None, str]:
     """verl's geo_mean forward+backward, or (None, why) when verl cannot be imported.
     verl wants (B, T) advantages (an expanded view here, no copy) and reads its metrics
     with ``.item()``."""

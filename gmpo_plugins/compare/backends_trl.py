@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import types
 from collections import defaultdict
-from typing import Any, Mapping, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Optional
 
 import torch
 
@@ -79,7 +78,7 @@ def trl_gmpo_reference(
     eps_low: float = 0.4,
     eps_high: float = 0.4,
     beta: float = 0.0,
-    ref_log_probs: Optional[torch.Tensor] = None,
+    ref_log_probs: torch.Tensor | None = None,
     accumulation_steps: float = 1,
 ) -> LossOutput:
     """TRL GMPOTrainer's loss (differentiable w.r.t. ``log_probs``) and clip/KL metrics.

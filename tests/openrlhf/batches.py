@@ -31,7 +31,7 @@ class Batch:
     def log_probs(self) -> torch.Tensor:
         return self.leaf * self.action_mask
 
-    def rows(self, index) -> "Batch":
+    def rows(self, index) -> Batch:
         leaf = self.leaf.detach()[index].clone().requires_grad_(True)
         return Batch(leaf, self.old_log_probs[index], self.advantages[index], self.action_mask[index],
                      self.rollout_log_probs[index])

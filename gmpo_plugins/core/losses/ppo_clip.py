@@ -24,8 +24,6 @@ the loss (and so the learning rate).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.kernels import check_impl
@@ -43,7 +41,7 @@ def clipped_ratio_loss(
     *,
     eps_low: float,
     eps_high: float,
-    dual_clip: Optional[float],
+    dual_clip: float | None,
     reduction: Reduction,
     norm_length: int,
     kl_beta: float,
