@@ -142,8 +142,12 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "ops: aten operators dispatched by one forward+backward (TorchDispatchMode; a custom operator "
         "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing",
         f"targets: time ratios judged on {targets.time_basis(device.type, torch.get_num_threads())}"
-        + (" (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
-           "than the wall clock)" if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time" else ""),
+        + (
+            " (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
+            "than the wall clock)"
+            if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time"
+            else ""
+        ),
     ]
     rows: list[dict] = []
     failed: dict[str, str] = {}
@@ -206,7 +210,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "config": asdict(config),
         "rows": rows,
         "scaling": _scaling(rows),
-        "targets": targets.evaluate(rows, device.type, [s.name for s in specs if variants.has_eager(s)],
-                                    torch.get_num_threads()),
+        "targets": targets.evaluate(
+            rows, device.type, [s.name for s in specs if variants.has_eager(s)], torch.get_num_threads()
+        ),
         "notes": notes,
     }

@@ -112,8 +112,12 @@ def command_line(config, args: argparse.Namespace) -> str:
     parts = ["gmpo-plugins bench"]
     if config.losses != [spec.name for spec in list_losses()]:
         parts.append("--losses " + ",".join(config.losses))
-    parts += ["--shapes " + ",".join(f"{b}x{t}" for b, t in config.shapes), "--dtypes " + ",".join(config.dtypes),
-              f"--device {config.device}", f"--repeats {config.repeats}"]
+    parts += [
+        "--shapes " + ",".join(f"{b}x{t}" for b, t in config.shapes),
+        "--dtypes " + ",".join(config.dtypes),
+        f"--device {config.device}",
+        f"--repeats {config.repeats}",
+    ]
     if args.threads is not None:
         parts.append(f"--threads {torch.get_num_threads()}")
     parts += [flag for flag, given in (("--markdown", args.markdown), ("--targets", args.targets)) if given]

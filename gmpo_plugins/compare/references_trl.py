@@ -109,7 +109,8 @@ def trl_gmpo_reference(
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
     metrics = {  # TRL logs Python floats; float64 keeps them exact
-        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64) for theirs, ours in REFERENCE_METRICS.items()
+        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64)
+        for theirs, ours in REFERENCE_METRICS.items()
         if logged[theirs]
     }
     return LossOutput(loss=loss, metrics=metrics)

@@ -38,8 +38,16 @@ def test_settings_round_trip_through_grpo_config():
         {"log_ratio_bound": 10.0},
     )
     backend = TrlBackend()
-    hparams = {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0, "reduction": "token-mean", "norm_length": 12,
-               "kl_beta": 0.0, "kl_estimator": "k3", "log_ratio_bound": 20.0}
+    hparams = {
+        "eps_low": 0.2,
+        "eps_high": 0.28,
+        "dual_clip": 3.0,
+        "reduction": "token-mean",
+        "norm_length": 12,
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "log_ratio_bound": 20.0,
+    }
     args, loss_hparams = backend._config("grpo", hparams)
     assert loss_hparams == hparams and args.max_completion_length == 12 and args.epsilon_high == 0.28
 

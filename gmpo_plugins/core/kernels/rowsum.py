@@ -56,7 +56,5 @@ def clipped_row_sums(
     ``impl``: "auto", "torch" or "triton" (see ``dispatch``).
     """
     backend = select_backend(impl, log_probs)
-    outputs = _ClippedRowSums.apply(
-        backend, log_probs, old_log_probs.detach(), mask.detach(), lo.detach(), hi.detach()
-    )
+    outputs = _ClippedRowSums.apply(backend, log_probs, old_log_probs.detach(), mask.detach(), lo.detach(), hi.detach())
     return RowStats(*outputs)
