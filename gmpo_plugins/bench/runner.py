@@ -122,6 +122,28 @@ def _cuda_launches(fn: Callable[[], None]) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One (shape, dtype) of the grid: measures a variant's call there into a result row."""
+
+    shape: tuple[int, int]
+    dtype_name: str
+    device: torch.device
+    repeats: int
+    clear_grad: Callable[[], None]
+    progress: Callable[[str], None]
+
+    def measure(self, loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
+        """Time, peak extra memory and operator count of ``fn()``: one row (see the module docstring)."""
+        self.progress(f"{self.shape[0]}x{self.shape[1]} {self.dtype_name} {loss} {variant}")
+        timing = measure.median_times(fn, self.device, self.repeats)
+        extra = measure.peak_extra_bytes(fn, self.device, expected, reset=self.clear_grad)
+        row = _row(loss, variant, self.shape, self.dtype_name, timing, extra, ops.count_ops(fn))
+        if self.device.type == "cuda" and loss == "gmpo" and variant == "fused":
+            row["launches"] = _cuda_launches(fn)
+        return row
+
+
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda message: None) -> dict:
     """Measure every (shape, dtype, loss, variant) of ``config``; see the module docstring."""
     device = torch.device(config.device)
@@ -159,15 +181,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
             clear_grad = case.clear_grad
             label = f"{shape[0]}x{shape[1]} {dtype_name}"
-
-            def measure_one(loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
-                progress(f"{label} {loss} {variant}")
-                timing = measure.median_times(fn, device, config.repeats)
-                extra = measure.peak_extra_bytes(fn, device, expected, reset=clear_grad)
-                row = _row(loss, variant, shape, dtype_name, timing, extra, ops.count_ops(fn))
-                if device.type == "cuda" and loss == "gmpo" and variant == "fused":
-                    row["launches"] = _cuda_launches(fn)
-                return row
+            measure_one = _Cell(shape, dtype_name, device, config.repeats, clear_grad, progress).measure
 
             floor_row = measure_one("(floor)", "floor", variants.floor(case), grad_bytes)
             _ratios(floor_row, floor_row, None)
