@@ -214,7 +214,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
                     fused_row["variant"] = "registry (no fused path)"
                 group.extend(loss_rows)
             rows.extend(group)
-            case = clear_grad = None  # free the inputs before building the next case
+            del case, clear_grad, measure_one  # free the inputs before building the next case
     if verl_note:
         notes.append(verl_note)
     notes.extend(f"loss {name} failed and was skipped: {why}" for name, why in failed.items())

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+from typing import Any
 
 DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
 
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.bench import run_bench
     from gmpo_plugins.bench.report import print_rich, to_markdown
 
-    result = {"command": command_line(config, args)}
+    result: dict[str, Any] = {"command": command_line(config, args)}
     result.update(run_bench(config, progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True)))
     if args.markdown:
         print(to_markdown(result, targets_only=args.targets), end="")

@@ -45,6 +45,8 @@ runs them:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
@@ -53,6 +55,22 @@ from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, Clip, Impl, LossInputs, LossOutput
+
+if TYPE_CHECKING:  # typing_extensions: NotRequired and Unpack for Python 3.10; a checker-only import
+    from typing_extensions import NotRequired, TypedDict, Unpack
+
+    class _GeometricMeanHparams(TypedDict):
+        """The keywords the GMPO variants pass on to ``geometric_mean_loss``."""
+
+        kl_beta: float
+        kl_estimator: str
+        log_ratio_bound: float
+        rollout_is_aggregation: NotRequired[str]
+        kl_clamp: NotRequired[float | None]
+        eps_low: NotRequired[float | None]
+        eps_high: NotRequired[float | None]
+        impl: NotRequired[Impl]
+
 
 _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None}
 _GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
@@ -139,23 +157,23 @@ def geometric_mean_loss(
     )
 
 
-def gmpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def gmpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_GeometricMeanHparams]) -> LossOutput:
     """GMPO: token-level log-space clip, geometric mean with 1/|o_i| (module docstring)."""
     return geometric_mean_loss(inputs, batch, clip="token", normalise=True, loss_name="gmpo", **hparams)
 
 
-def gmpo_noclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def gmpo_noclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_GeometricMeanHparams]) -> LossOutput:
     """GMPO without clipping: w_i = exp(mean_t r_t)."""
     return geometric_mean_loss(inputs, batch, clip="none", normalise=True, loss_name="gmpo_noclip", **hparams)
 
 
-def gmpo_seqclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def gmpo_seqclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_GeometricMeanHparams]) -> LossOutput:
     """GMPO ablation as the authors run it: s_i = clip(sum_t r_t) / |o_i|, the one-sided clip
     on the sum of the log ratios instead of each token (module docstring)."""
     return geometric_mean_loss(inputs, batch, clip="sequence", normalise=True, loss_name="gmpo_seqclip", **hparams)
 
 
-def gmpo_nonorm_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def gmpo_nonorm_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_GeometricMeanHparams]) -> LossOutput:
     """GMPO without 1/|o_i|: w_i = exp(clamp(sum_t l_t, -P, P)), P the dtype's product guard."""
     return geometric_mean_loss(inputs, batch, clip="token", normalise=False, loss_name="gmpo_nonorm", **hparams)
 
