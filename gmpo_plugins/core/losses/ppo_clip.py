@@ -24,8 +24,6 @@ the loss (and so the learning rate).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from gmpo_plugins.core.kernels import check_impl
@@ -35,23 +33,6 @@ from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
 from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput, Reduction
-
-if TYPE_CHECKING:  # typing_extensions: NotRequired and Unpack for Python 3.10; a checker-only import
-    from typing_extensions import NotRequired, TypedDict, Unpack
-
-    class _ClippedRatioHparams(TypedDict):
-        """The keywords GRPO, DAPO and Dr.GRPO pass on to ``clipped_ratio_loss``."""
-
-        eps_low: float
-        eps_high: float
-        dual_clip: float | None
-        reduction: Reduction
-        norm_length: int
-        kl_beta: float
-        kl_estimator: str
-        log_ratio_bound: float
-        kl_clamp: NotRequired[float | None]
-        impl: NotRequired[Impl]
 
 
 def clipped_ratio_loss(
@@ -129,19 +110,103 @@ def clipped_ratio_loss(
     return out
 
 
-def grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_ClippedRatioHparams]) -> LossOutput:
+def grpo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """GRPO (default reduction seq-mean-token-mean)."""
-    return clipped_ratio_loss(inputs, batch, loss_name="grpo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="grpo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
-def dapo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_ClippedRatioHparams]) -> LossOutput:
+def dapo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """DAPO: token-mean, clip-higher (eps_high 0.28)."""
-    return clipped_ratio_loss(inputs, batch, loss_name="dapo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="dapo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
-def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Unpack[_ClippedRatioHparams]) -> LossOutput:
+def dr_grpo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """Dr.GRPO: per-sequence token sum over a constant length."""
-    return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="dr_grpo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
 DR_GRPO_NORM_LENGTH = 1024
