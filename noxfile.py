@@ -76,8 +76,16 @@ def kernels(session: nox.Session) -> None:
     machine scripts/gpu_check.sh runs them without it)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "triton")
-    session.run("pytest", "tests/core/test_kernels.py", "tests/core/test_compile.py", "-k", "triton",
-                *WARNINGS_REPORTED, *session.posargs, env={"TRITON_INTERPRET": "1"})
+    session.run(
+        "pytest",
+        "tests/core/test_kernels.py",
+        "tests/core/test_compile.py",
+        "-k",
+        "triton",
+        *WARNINGS_REPORTED,
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"},
+    )
 
 
 @nox.session
@@ -198,8 +206,9 @@ def openrlhf(session: nox.Session) -> None:
     """
     _install_openrlhf(session)
     env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1"}
-    session.run("pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs,
-                env=env)
+    session.run(
+        "pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs, env=env
+    )
     session.run("gmpo-plugins", "parity", env=env)
 
 
@@ -291,8 +300,9 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
-    session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site",
-                env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site", env={"NO_MKDOCS_2_WARNING": "1"}
+    )
 
 
 @nox.session

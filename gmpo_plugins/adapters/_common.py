@@ -18,7 +18,8 @@ synchronises with the device; ``core.validation``). It follows ``GMPO_PLUGINS_VA
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec

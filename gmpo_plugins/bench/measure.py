@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -32,7 +33,7 @@ class Timing(NamedTuple):
     (all threads), which other processes on a shared machine inflate much less."""
 
     wall: float
-    cpu: Optional[float]
+    cpu: float | None
 
 
 def median_times(fn: Callable[[], object], device: torch.device, repeats: int) -> Timing:
@@ -50,7 +51,7 @@ def median_times(fn: Callable[[], object], device: torch.device, repeats: int) -
     return Timing(statistics.median(walls), statistics.median(cpus) if device.type == "cpu" else None)
 
 
-def _cpu_peak_bytes(fn: Callable[[], object]) -> Optional[int]:
+def _cpu_peak_bytes(fn: Callable[[], object]) -> int | None:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -67,8 +68,8 @@ def _cpu_peak_bytes(fn: Callable[[], object]) -> Optional[int]:
 
 
 def peak_extra_bytes(
-    fn: Callable[[], object], device: torch.device, expected: int, reset: Optional[Callable[[], None]] = None
-) -> Optional[int]:
+    fn: Callable[[], object], device: torch.device, expected: int, reset: Callable[[], None] | None = None
+) -> int | None:
     """Peak bytes allocated during ``fn()`` beyond the start, minus ``expected``; None when
     the CPU profiler gives no memory events.
 

@@ -6,16 +6,30 @@ docs as it is; ``targets_only`` renders just those two lines and the targets tab
 
 from __future__ import annotations
 
-from typing import Optional
-
 from gmpo_plugins.bench.targets import token_label
 
-COLUMNS = ("loss", "variant", "dtype", "B x T", "tokens", "median ms", "ns/token", "x floor", "x eager",
-           "cpu ms", "x floor (cpu)", "x eager (cpu)", "extra MiB", "extra B/token", "compute ops", "aten ops")
+COLUMNS = (
+    "loss",
+    "variant",
+    "dtype",
+    "B x T",
+    "tokens",
+    "median ms",
+    "ns/token",
+    "x floor",
+    "x eager",
+    "cpu ms",
+    "x floor (cpu)",
+    "x eager (cpu)",
+    "extra MiB",
+    "extra B/token",
+    "compute ops",
+    "aten ops",
+)
 TARGET_COLUMNS = ("target", "measured", "status")
 
 
-def _fmt(value: Optional[float], digits: int = 2) -> str:
+def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -23,21 +37,42 @@ def measurement_rows(result: dict) -> list[list[str]]:
     out = []
     for row in result["rows"]:
         extra = row["extra_bytes"]
-        out.append([
-            row["loss"], row["variant"], row["dtype"], f"{row['batch']}x{row['length']}", token_label(row["tokens"]),
-            _fmt(row["median_ms"], 3), _fmt(row["ns_per_token"]), _fmt(row["x_floor"], 1), _fmt(row["x_eager"]),
-            _fmt(row.get("cpu_ms"), 3), _fmt(row.get("x_floor_cpu"), 1), _fmt(row.get("x_eager_cpu")),
-            "-" if extra is None else f"{extra / 2**20:.2f}", _fmt(row["extra_bytes_per_token"]),
-            str(row.get("compute_ops", "-")), str(row.get("aten_ops", "-")),
-        ])
+        out.append(
+            [
+                row["loss"],
+                row["variant"],
+                row["dtype"],
+                f"{row['batch']}x{row['length']}",
+                token_label(row["tokens"]),
+                _fmt(row["median_ms"], 3),
+                _fmt(row["ns_per_token"]),
+                _fmt(row["x_floor"], 1),
+                _fmt(row["x_eager"]),
+                _fmt(row.get("cpu_ms"), 3),
+                _fmt(row.get("x_floor_cpu"), 1),
+                _fmt(row.get("x_eager_cpu")),
+                "-" if extra is None else f"{extra / 2**20:.2f}",
+                _fmt(row["extra_bytes_per_token"]),
+                str(row.get("compute_ops", "-")),
+                str(row.get("aten_ops", "-")),
+            ]
+        )
     return out
 
 
 def scaling_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     shapes = [f"{b}x{t}" for b, t in result["config"]["shapes"]]
     header = ["loss", "variant", "dtype", *[f"ns/token {s}" for s in shapes], "max/min"]
-    rows = [[s["loss"], s["variant"], s["dtype"], *[_fmt(s["ns_per_token"].get(k)) for k in shapes],
-             _fmt(s["max_over_min"])] for s in result["scaling"]]
+    rows = [
+        [
+            s["loss"],
+            s["variant"],
+            s["dtype"],
+            *[_fmt(s["ns_per_token"].get(k)) for k in shapes],
+            _fmt(s["max_over_min"]),
+        ]
+        for s in result["scaling"]
+    ]
     return header, rows
 
 
@@ -48,8 +83,10 @@ def target_rows(result: dict) -> list[list[str]]:
 def machine_line(result: dict) -> str:
     m = result["machine"]
     device = m.get("device_name", m["device"])
-    return (f"{m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} ({m['torch_threads']} intra-op threads), "
-            f"device {device}, repeats {result['config']['repeats']}")
+    return (
+        f"{m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} ({m['torch_threads']} intra-op threads), "
+        f"device {device}, repeats {result['config']['repeats']}"
+    )
 
 
 def _summary(result: dict) -> str:
@@ -71,8 +108,14 @@ def to_markdown(result: dict, targets_only: bool = False) -> str:
         parts += [f"Command: `{result['command']}`", ""]
     parts += [f"Machine: {machine_line(result)}"]
     if not targets_only:
-        parts += ["", _markdown_table(COLUMNS, measurement_rows(result)), "", "Time per token across shapes:", "",
-                  _markdown_table(*scaling_rows(result))]
+        parts += [
+            "",
+            _markdown_table(COLUMNS, measurement_rows(result)),
+            "",
+            "Time per token across shapes:",
+            "",
+            _markdown_table(*scaling_rows(result)),
+        ]
     if result["targets"]:
         parts += ["", f"Targets ({_summary(result)}):", "", _markdown_table(TARGET_COLUMNS, target_rows(result))]
     if not targets_only:
@@ -101,8 +144,9 @@ def print_rich(result: dict, targets_only: bool = False) -> None:
     if result.get("command"):
         console.print(f"command: {result['command']}", highlight=False)
     if not targets_only:
-        console.print(table(f"gmpo-plugins bench: forward+backward ({machine_line(result)})", COLUMNS,
-                            measurement_rows(result)))
+        console.print(
+            table(f"gmpo-plugins bench: forward+backward ({machine_line(result)})", COLUMNS, measurement_rows(result))
+        )
         console.print(table("time per token across shapes", *scaling_rows(result)))
     else:
         console.print(f"machine: {machine_line(result)}", highlight=False)

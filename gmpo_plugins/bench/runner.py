@@ -122,6 +122,28 @@ def _cuda_launches(fn: Callable[[], None]) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One (shape, dtype) of the grid: measures a variant's call there into a result row."""
+
+    shape: tuple[int, int]
+    dtype_name: str
+    device: torch.device
+    repeats: int
+    clear_grad: Callable[[], None]
+    progress: Callable[[str], None]
+
+    def measure(self, loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
+        """Time, peak extra memory and operator count of ``fn()``: one row (see the module docstring)."""
+        self.progress(f"{self.shape[0]}x{self.shape[1]} {self.dtype_name} {loss} {variant}")
+        timing = measure.median_times(fn, self.device, self.repeats)
+        extra = measure.peak_extra_bytes(fn, self.device, expected, reset=self.clear_grad)
+        row = _row(loss, variant, self.shape, self.dtype_name, timing, extra, ops.count_ops(fn))
+        if self.device.type == "cuda" and loss == "gmpo" and variant == "fused":
+            row["launches"] = _cuda_launches(fn)
+        return row
+
+
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda message: None) -> dict:
     """Measure every (shape, dtype, loss, variant) of ``config``; see the module docstring."""
     device = torch.device(config.device)
@@ -142,8 +164,12 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "ops: aten operators dispatched by one forward+backward (TorchDispatchMode; a custom operator "
         "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing",
         f"targets: time ratios judged on {targets.time_basis(device.type, torch.get_num_threads())}"
-        + (" (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
-           "than the wall clock)" if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time" else ""),
+        + (
+            " (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "
+            "than the wall clock)"
+            if targets.time_basis(device.type, torch.get_num_threads()) == "cpu time"
+            else ""
+        ),
     ]
     rows: list[dict] = []
     failed: dict[str, str] = {}
@@ -155,15 +181,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
             clear_grad = case.clear_grad
             label = f"{shape[0]}x{shape[1]} {dtype_name}"
-
-            def measure_one(loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
-                progress(f"{label} {loss} {variant}")
-                timing = measure.median_times(fn, device, config.repeats)
-                extra = measure.peak_extra_bytes(fn, device, expected, reset=clear_grad)
-                row = _row(loss, variant, shape, dtype_name, timing, extra, ops.count_ops(fn))
-                if device.type == "cuda" and loss == "gmpo" and variant == "fused":
-                    row["launches"] = _cuda_launches(fn)
-                return row
+            measure_one = _Cell(shape, dtype_name, device, config.repeats, clear_grad, progress).measure
 
             floor_row = measure_one("(floor)", "floor", variants.floor(case), grad_bytes)
             _ratios(floor_row, floor_row, None)
@@ -196,7 +214,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
                     fused_row["variant"] = "registry (no fused path)"
                 group.extend(loss_rows)
             rows.extend(group)
-            case = clear_grad = None  # free the inputs before building the next case
+            del case, clear_grad, measure_one  # free the inputs before building the next case
     if verl_note:
         notes.append(verl_note)
     notes.extend(f"loss {name} failed and was skipped: {why}" for name, why in failed.items())
@@ -206,7 +224,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         "config": asdict(config),
         "rows": rows,
         "scaling": _scaling(rows),
-        "targets": targets.evaluate(rows, device.type, [s.name for s in specs if variants.has_eager(s)],
-                                    torch.get_num_threads()),
+        "targets": targets.evaluate(
+            rows, device.type, [s.name for s in specs if variants.has_eager(s)], torch.get_num_threads()
+        ),
         "notes": notes,
     }

@@ -1,21 +1,21 @@
 """The callables compared by the bench, each one forward+backward on the same inputs.
 
-    fused    ``get_loss(name)(inputs, batch, validate=False)``: the registry path (fused
-             where the loss has a fused path, else its only formulation)
-    eager    the loss's unfused formulation (``impl="eager"``), the test oracle; absent
-             for losses that have no fused path (their registry path is eager)
-    verl     verl's built-in ``geo_mean`` policy loss (``compute_policy_loss_geo_mean``),
-             GMPO as verl ships it, when verl is importable
-    floor    ``torch.where(mask, log_probs, old_log_probs)`` into a new tensor: one read
-             of the inputs and one write of a gradient-sized tensor (and, as a stricter
-             reference, the same into a preallocated buffer)
+fused    ``get_loss(name)(inputs, batch, validate=False)``: the registry path (fused
+         where the loss has a fused path, else its only formulation)
+eager    the loss's unfused formulation (``impl="eager"``), the test oracle; absent
+         for losses that have no fused path (their registry path is eager)
+verl     verl's built-in ``geo_mean`` policy loss (``compute_policy_loss_geo_mean``),
+         GMPO as verl ships it, when verl is importable
+floor    ``torch.where(mask, log_probs, old_log_probs)`` into a new tensor: one read
+         of the inputs and one write of a gradient-sized tensor (and, as a stricter
+         reference, the same into a preallocated buffer)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Optional
 
 import torch
 
@@ -106,7 +106,7 @@ def floor_preallocated(case: Case) -> Callable[[], None]:
     return call
 
 
-def verl_geo_mean(case: Case, eps: float = 0.4) -> tuple[Optional[Callable[[], None]], str]:
+def verl_geo_mean(case: Case, eps: float = 0.4) -> tuple[Callable[[], None] | None, str]:
     """verl's geo_mean forward+backward, or (None, why) when verl cannot be imported.
     verl wants (B, T) advantages (an expanded view here, no copy) and reads its metrics
     with ``.item()``."""

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+from typing import Any
 
 DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
 
@@ -112,8 +113,12 @@ def command_line(config, args: argparse.Namespace) -> str:
     parts = ["gmpo-plugins bench"]
     if config.losses != [spec.name for spec in list_losses()]:
         parts.append("--losses " + ",".join(config.losses))
-    parts += ["--shapes " + ",".join(f"{b}x{t}" for b, t in config.shapes), "--dtypes " + ",".join(config.dtypes),
-              f"--device {config.device}", f"--repeats {config.repeats}"]
+    parts += [
+        "--shapes " + ",".join(f"{b}x{t}" for b, t in config.shapes),
+        "--dtypes " + ",".join(config.dtypes),
+        f"--device {config.device}",
+        f"--repeats {config.repeats}",
+    ]
     if args.threads is not None:
         parts.append(f"--threads {torch.get_num_threads()}")
     parts += [flag for flag, given in (("--markdown", args.markdown), ("--targets", args.targets)) if given]
@@ -125,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.bench import run_bench
     from gmpo_plugins.bench.report import print_rich, to_markdown
 
-    result = {"command": command_line(config, args)}
+    result: dict[str, Any] = {"command": command_line(config, args)}
     result.update(run_bench(config, progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True)))
     if args.markdown:
         print(to_markdown(result, targets_only=args.targets), end="")

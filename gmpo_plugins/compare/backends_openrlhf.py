@@ -30,7 +30,8 @@ On a machine without CUDA, importing OpenRLHF needs stand-ins for ``flash_attn_2
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ def policy_loss_kwargs(loss_name: str, hparams: Mapping[str, Any], policy_loss_t
     }
 
 
-def _count(value: Any, device: torch.device) -> Optional[torch.Tensor]:
+def _count(value: Any, device: torch.device) -> torch.Tensor | None:
     """OpenRLHF passes the global counts as 0-d float32 tensors (``loss_utils``)."""
     return None if value is None else torch.as_tensor(value, dtype=torch.float32, device=device).reshape(())
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import types
 from collections import defaultdict
-from typing import Any, Mapping, cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 
@@ -54,8 +55,9 @@ def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, 
 class _TrainerStandIn:
     """What ``RegistryGRPOTrainer._compute_loss`` reads from its trainer."""
 
-    def __init__(self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float,
-                 num_processes: int) -> None:
+    def __init__(
+        self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float, num_processes: int
+    ) -> None:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
         self.args = args

@@ -22,7 +22,8 @@ keep their registry defaults; other values raise ``BackendError``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -64,8 +65,9 @@ class VerlBackend:
         self._configs: dict[tuple, Any] = {}
 
     def supports(self, loss_name: str) -> bool:
-        from gmpo_plugins.adapters.verl import PREFIX
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+        from gmpo_plugins.adapters.verl import PREFIX
 
         get_loss(loss_name)
         return PREFIX + loss_name in POLICY_LOSS_REGISTRY
@@ -96,8 +98,9 @@ class VerlBackend:
         batch_info: BatchInfo,
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
-        from gmpo_plugins.adapters.verl import PREFIX
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        from gmpo_plugins.adapters.verl import PREFIX
 
         loss_mode = PREFIX + loss_name
         config = self._config(loss_mode, verl_fields(loss_name, hparams))

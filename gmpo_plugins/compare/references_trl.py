@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Optional
 
 import torch
 
@@ -79,7 +78,7 @@ def trl_gmpo_reference(
     eps_low: float = 0.4,
     eps_high: float = 0.4,
     beta: float = 0.0,
-    ref_log_probs: Optional[torch.Tensor] = None,
+    ref_log_probs: torch.Tensor | None = None,
     accumulation_steps: float = 1,
 ) -> LossOutput:
     """TRL GMPOTrainer's loss (differentiable w.r.t. ``log_probs``) and clip/KL metrics.
@@ -110,7 +109,8 @@ def trl_gmpo_reference(
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
     metrics = {  # TRL logs Python floats; float64 keeps them exact
-        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64) for theirs, ours in REFERENCE_METRICS.items()
+        ours: torch.tensor(logged[theirs][-1], dtype=torch.float64)
+        for theirs, ours in REFERENCE_METRICS.items()
         if logged[theirs]
     }
     return LossOutput(loss=loss, metrics=metrics)

@@ -20,7 +20,8 @@ The built-in losses are registered the same way (``gmpo_plugins.core.losses``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -35,7 +36,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def gmpo_plugins_losses() -> Iterable["LossSpec"]:
+def gmpo_plugins_losses() -> Iterable[LossSpec]:
     """Return the losses this plugin provides.
 
     Called once per process, when the registry is first used. The function of each spec

@@ -15,7 +15,7 @@ Shapes (padded layout, B sequences, T response positions):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 
@@ -39,8 +39,8 @@ class LossInputs:
     old_log_probs: torch.Tensor
     advantages: torch.Tensor
     mask: torch.Tensor
-    ref_log_probs: Optional[torch.Tensor] = None
-    rollout_is_weights: Optional[torch.Tensor] = None
+    ref_log_probs: torch.Tensor | None = None
+    rollout_is_weights: torch.Tensor | None = None
 
 
 @dataclass
@@ -60,8 +60,8 @@ class BatchInfo:
     """
 
     dp_size: int = 1
-    global_batch_size: Optional[Count] = None
-    global_num_tokens: Optional[Count] = None
+    global_batch_size: Count | None = None
+    global_num_tokens: Count | None = None
 
 
 @dataclass

@@ -19,8 +19,21 @@ VERL = importlib.util.find_spec("verl") is not None
 
 def test_bench_grid_and_json(tmp_path, capsys):
     path = tmp_path / "bench.json"
-    rc = main(["bench", "--losses", "gmpo,grpo", "--shapes", "4x32,8x64", "--dtypes", "fp32,bf16",
-               "--repeats", "2", "--json", str(path)])
+    rc = main(
+        [
+            "bench",
+            "--losses",
+            "gmpo,grpo",
+            "--shapes",
+            "4x32,8x64",
+            "--dtypes",
+            "fp32,bf16",
+            "--repeats",
+            "2",
+            "--json",
+            str(path),
+        ]
+    )
     assert rc == 0
     result = json.loads(path.read_text())
     rows = result["rows"]
@@ -60,8 +73,9 @@ def test_bench_grid_and_json(tmp_path, capsys):
         if target["kind"] != "memory":  # judged in bytes with a per-sequence allowance, value in bytes/token
             value, limit = target["value"], target["limit"]
             assert target["met"] == (value >= limit if target["kind"] == "speedup" else value <= limit)
-    assert result["command"] == ("gmpo-plugins bench --losses gmpo,grpo --shapes 4x32,8x64 --dtypes fp32,bf16 "
-                                 "--device cpu --repeats 2")
+    assert result["command"] == (
+        "gmpo-plugins bench --losses gmpo,grpo --shapes 4x32,8x64 --dtypes fp32,bf16 --device cpu --repeats 2"
+    )
     assert VERL or any("verl not importable" in note for note in result["notes"])
     out = capsys.readouterr().out
     assert "gmpo-plugins bench" in out and "time per token" in out and "targets met" in out
@@ -73,19 +87,40 @@ def test_loss_without_fused_path(capsys):
     names = [spec.name for spec in list_losses() if spec.name not in FUSED_LOSSES]
     if not names:
         pytest.skip("no registered loss without a fused path (tests/plugins/example_plugin not installed)")
-    assert main(["bench", "--losses", names[0], "--shapes", "2x16", "--dtypes", "fp32", "--repeats", "1",
-                 "--markdown"]) == 0
+    assert (
+        main(["bench", "--losses", names[0], "--shapes", "2x16", "--dtypes", "fp32", "--repeats", "1", "--markdown"])
+        == 0
+    )
     assert f"| {names[0]} | registry (no fused path) | fp32 | 2x16 |" in capsys.readouterr().out
 
 
 def test_markdown_output(capsys):
     """Pasteable as it is: the command that made it, then the machine, then the tables."""
-    assert main(["bench", "--losses", "gspo", "--shapes", "2x16", "--dtypes", "fp64", "--repeats", "1",
-                 "--threads", "1", "--markdown"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--losses",
+                "gspo",
+                "--shapes",
+                "2x16",
+                "--dtypes",
+                "fp64",
+                "--repeats",
+                "1",
+                "--threads",
+                "1",
+                "--markdown",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == ("Command: `gmpo-plugins bench --losses gspo --shapes 2x16 --dtypes fp64 --device cpu "
-                        "--repeats 1 --threads 1 --markdown`")
+    assert lines[0] == (
+        "Command: `gmpo-plugins bench --losses gspo --shapes 2x16 --dtypes fp64 --device cpu "
+        "--repeats 1 --threads 1 --markdown`"
+    )
     assert lines[1] == "" and lines[2].startswith("Machine: ") and "(1 intra-op threads)" in lines[2]
     assert "| loss | variant | dtype | B x T |" in out and "| compute ops | aten ops |" in out
     assert "| gspo | fused | fp64 | 2x16 |" in out and "| gspo | eager | fp64 | 2x16 |" in out
@@ -95,8 +130,24 @@ def test_markdown_output(capsys):
 
 def test_targets_only(capsys):
     """--targets prints the command, the machine and the targets table, nothing else."""
-    assert main(["bench", "--losses", "gmpo", "--shapes", "2x16,4x16", "--dtypes", "fp32", "--repeats", "1",
-                 "--markdown", "--targets"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--losses",
+                "gmpo",
+                "--shapes",
+                "2x16,4x16",
+                "--dtypes",
+                "fp32",
+                "--repeats",
+                "1",
+                "--markdown",
+                "--targets",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("Command: `gmpo-plugins bench --losses gmpo --shapes 2x16,4x16 ")
     assert "--markdown --targets`" in out.splitlines()[0]
@@ -118,8 +169,11 @@ def test_op_count_by_hand():
     counted = ops.count_ops(step)
     assert counted.by_name["aten.mul.Tensor"] == 2 and counted.by_name["aten.sum.default"] == 1
     assert (counted.aten_ops, counted.compute_ops) == (6, 4)
-    assert ops.count_ops(lambda: x.detach().view(2, 2).t()) == (3, 0, {"aten.detach.default": 1,
-                                                                        "aten.view.default": 1, "aten.t.default": 1})
+    assert ops.count_ops(lambda: x.detach().view(2, 2).t()) == (
+        3,
+        0,
+        {"aten.detach.default": 1, "aten.view.default": 1, "aten.t.default": 1},
+    )
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,9 @@ def test_console_script_prints_a_table():
     beside = Path(sys.executable).with_name("gmpo-plugins")  # the script of this environment
     exe = str(beside) if beside.exists() else shutil.which("gmpo-plugins")
     assert exe, "the gmpo-plugins console script is not installed"
-    result = subprocess.run([exe, "list"], capture_output=True, text=True, check=True,
-                            env={"COLUMNS": "200", "PATH": ""})
+    result = subprocess.run(
+        [exe, "list"], capture_output=True, text=True, check=True, env={"COLUMNS": "200", "PATH": ""}
+    )
     for name in BUILTINS:
         assert name in result.stdout
     assert "eps_low=0.4" in result.stdout and "gmpo-plugins" in result.stdout

@@ -23,8 +23,9 @@ def _inputs() -> LossInputs:
 
 
 def _info(inputs: LossInputs) -> BatchInfo:
-    return BatchInfo(dp_size=WORLD, global_batch_size=int(inputs.mask.any(-1).sum()),
-                     global_num_tokens=int(inputs.mask.sum()))
+    return BatchInfo(
+        dp_size=WORLD, global_batch_size=int(inputs.mask.any(-1).sum()), global_num_tokens=int(inputs.mask.sum())
+    )
 
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:

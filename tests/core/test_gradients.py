@@ -27,9 +27,18 @@ def reference_loss(name: str, inputs: LossInputs, batch: BatchInfo, hparams: dic
     if name in GMPO_VARIANTS:
         eps = {k: hparams[k] for k in ("eps_low", "eps_high") if k in hparams}
         n = batch.global_batch_size or rows
-        return gmpo_reference(lp, old, adv, mask, **GMPO_VARIANTS[name], **eps, n=n,
-                              dp=batch.dp_size if batch.global_batch_size else 1,
-                              kl_beta=hparams.get("kl_beta", 0.0), ref=inputs.ref_log_probs)
+        return gmpo_reference(
+            lp,
+            old,
+            adv,
+            mask,
+            **GMPO_VARIANTS[name],
+            **eps,
+            n=n,
+            dp=batch.dp_size if batch.global_batch_size else 1,
+            kl_beta=hparams.get("kl_beta", 0.0),
+            ref=inputs.ref_log_probs,
+        )
     if name == "gspo":
         n = batch.global_batch_size or rows
         return gspo_reference(lp, old, adv, mask, n=n, dp=batch.dp_size if batch.global_batch_size else 1, **hparams)
@@ -37,8 +46,9 @@ def reference_loss(name: str, inputs: LossInputs, batch: BatchInfo, hparams: dic
     global_n = batch.global_num_tokens if reduction == "token-mean" else batch.global_batch_size
     local_n = tokens if reduction == "token-mean" else rows
     clip = {k: hparams[k] for k in ("eps_low", "eps_high", "dual_clip") if k in hparams}
-    return grpo_reference(lp, old, adv, mask, reduction=reduction, n=global_n or local_n,
-                          dp=batch.dp_size if global_n else 1, **clip)
+    return grpo_reference(
+        lp, old, adv, mask, reduction=reduction, n=global_n or local_n, dp=batch.dp_size if global_n else 1, **clip
+    )
 
 
 CASES = [
@@ -59,8 +69,9 @@ def test_matches_loop_reference_in_float64(name, hparams, batch_info):
     inputs = random_batch(7, 11, seed=3, empty_rows=(4,))
     out = get_loss(name)(inputs, batch_info, **hparams)
     (grad,) = torch.autograd.grad(out.loss, inputs.log_probs)
-    ref_inputs = LossInputs(inputs.log_probs.detach().clone().requires_grad_(), inputs.old_log_probs,
-                            inputs.advantages, inputs.mask)
+    ref_inputs = LossInputs(
+        inputs.log_probs.detach().clone().requires_grad_(), inputs.old_log_probs, inputs.advantages, inputs.mask
+    )
     ref = reference_loss(name, ref_inputs, batch_info, hparams)
     (ref_grad,) = torch.autograd.grad(ref, ref_inputs.log_probs)
     assert out.loss.item() == pytest.approx(ref.item(), rel=1e-12, abs=1e-15)
@@ -73,8 +84,9 @@ def test_kl_term_matches_reference():
     out = get_loss("gmpo")(inputs, kl_beta=0.2)
     (grad,) = torch.autograd.grad(out.loss, inputs.log_probs)
     lp = inputs.log_probs.detach().clone().requires_grad_()
-    ref = gmpo_reference(lp, inputs.old_log_probs, inputs.advantages, inputs.mask, n=5, kl_beta=0.2,
-                         ref=inputs.ref_log_probs)
+    ref = gmpo_reference(
+        lp, inputs.old_log_probs, inputs.advantages, inputs.mask, n=5, kl_beta=0.2, ref=inputs.ref_log_probs
+    )
     (ref_grad,) = torch.autograd.grad(ref, lp)
     assert out.loss.item() == pytest.approx(ref.item(), rel=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-12, atol=1e-15)
@@ -89,9 +101,17 @@ def _away_from_kinks(inputs: LossInputs, margin: float = 2e-3) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name, hparams", [("gmpo", {}), ("gmpo", {"eps_low": 0.1, "eps_high": 0.3}),
-                                           ("gmpo_noclip", {}), ("gmpo_nonorm", {}),
-                                           *[("grpo", {"reduction": r}) for r in REDUCTIONS], ("gspo", {})])
+@pytest.mark.parametrize(
+    "name, hparams",
+    [
+        ("gmpo", {}),
+        ("gmpo", {"eps_low": 0.1, "eps_high": 0.3}),
+        ("gmpo_noclip", {}),
+        ("gmpo_nonorm", {}),
+        *[("grpo", {"reduction": r}) for r in REDUCTIONS],
+        ("gspo", {}),
+    ],
+)
 def test_gradient_matches_finite_differences(name, hparams):
     inputs = random_batch(4, 5, seed=11, spread=0.4)
     assert _away_from_kinks(inputs)
@@ -105,10 +125,18 @@ def test_gradient_matches_finite_differences(name, hparams):
 
 def test_half_precision_is_computed_in_float32():
     inputs = random_batch(6, 9, seed=5, dtype=torch.float32)
-    bf16 = LossInputs(inputs.log_probs.detach().to(torch.bfloat16).requires_grad_(),
-                      inputs.old_log_probs.to(torch.bfloat16), inputs.advantages.to(torch.bfloat16), inputs.mask)
-    fp32 = LossInputs(bf16.log_probs.detach().float().requires_grad_(), bf16.old_log_probs.float(),
-                      bf16.advantages.float(), inputs.mask)
+    bf16 = LossInputs(
+        inputs.log_probs.detach().to(torch.bfloat16).requires_grad_(),
+        inputs.old_log_probs.to(torch.bfloat16),
+        inputs.advantages.to(torch.bfloat16),
+        inputs.mask,
+    )
+    fp32 = LossInputs(
+        bf16.log_probs.detach().float().requires_grad_(),
+        bf16.old_log_probs.float(),
+        bf16.advantages.float(),
+        inputs.mask,
+    )
     out16, out32 = get_loss("gmpo")(bf16), get_loss("gmpo")(fp32)
     assert out16.loss.dtype == torch.float32
     assert out16.loss.item() == out32.loss.item()  # identical: same fp32 arithmetic on the same values

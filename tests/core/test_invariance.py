@@ -14,9 +14,11 @@ from .batches import random_batch
 from .reference import gmpo_reference
 
 BUILTIN = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins"]
-CASES = [(name, {}) for name in BUILTIN] + [
-    ("grpo", {"reduction": reduction}) for reduction in ("token-mean", "seq-mean-token-sum-norm")
-] + [("gmpo", {"kl_beta": 0.1})]
+CASES = (
+    [(name, {}) for name in BUILTIN]
+    + [("grpo", {"reduction": reduction}) for reduction in ("token-mean", "seq-mean-token-sum-norm")]
+    + [("gmpo", {"kl_beta": 0.1})]
+)
 
 
 def whole_batch() -> LossInputs:
@@ -26,13 +28,19 @@ def whole_batch() -> LossInputs:
 
 
 def shard(inputs: LossInputs, rows: slice) -> LossInputs:
-    return LossInputs(inputs.log_probs[rows], inputs.old_log_probs[rows], inputs.advantages[rows],
-                      inputs.mask[rows], ref_log_probs=inputs.ref_log_probs[rows])
+    return LossInputs(
+        inputs.log_probs[rows],
+        inputs.old_log_probs[rows],
+        inputs.advantages[rows],
+        inputs.mask[rows],
+        ref_log_probs=inputs.ref_log_probs[rows],
+    )
 
 
 def global_info(inputs: LossInputs, dp_size: int) -> BatchInfo:
-    return BatchInfo(dp_size=dp_size, global_batch_size=int(inputs.mask.any(-1).sum()),
-                     global_num_tokens=int(inputs.mask.sum()))
+    return BatchInfo(
+        dp_size=dp_size, global_batch_size=int(inputs.mask.any(-1).sum()), global_num_tokens=int(inputs.mask.sum())
+    )
 
 
 def chunks(n: int, parts: int) -> list[slice]:
@@ -62,8 +70,9 @@ def test_micro_batch_split_accumulates_whole_batch_gradient(name, hparams, micro
     inputs = whole_batch()
     whole = accumulated_grad(name, hparams, inputs, ranks=1, micro=1)
     assert whole.abs().sum() > 0
-    torch.testing.assert_close(accumulated_grad(name, hparams, inputs, ranks=1, micro=micro), whole,
-                               rtol=1e-6, atol=1e-12)
+    torch.testing.assert_close(
+        accumulated_grad(name, hparams, inputs, ranks=1, micro=micro), whole, rtol=1e-6, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("name, hparams", CASES)
@@ -71,8 +80,9 @@ def test_micro_batch_split_accumulates_whole_batch_gradient(name, hparams, micro
 def test_data_parallel_split_averages_to_whole_batch_gradient(name, hparams, ranks, micro):
     inputs = whole_batch()
     whole = accumulated_grad(name, hparams, inputs, ranks=1, micro=1)
-    torch.testing.assert_close(accumulated_grad(name, hparams, inputs, ranks=ranks, micro=micro), whole,
-                               rtol=1e-6, atol=1e-12)
+    torch.testing.assert_close(
+        accumulated_grad(name, hparams, inputs, ranks=ranks, micro=micro), whole, rtol=1e-6, atol=1e-12
+    )
 
 
 def test_local_fallback_is_a_plain_mean_and_not_split_invariant():
@@ -87,6 +97,7 @@ def test_local_fallback_is_a_plain_mean_and_not_split_invariant():
         expected = gmpo_reference(piece.log_probs, piece.old_log_probs, piece.advantages, piece.mask, n=rows)
         assert local.loss.item() == pytest.approx(expected.item(), rel=1e-12)
         halves.append(local.loss.item())
-    whole = gmpo_reference(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask,
-                           n=int(inputs.mask.any(-1).sum()))
+    whole = gmpo_reference(
+        inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask, n=int(inputs.mask.any(-1).sum())
+    )
     assert abs(sum(halves) - whole.item()) > 0.1  # accumulating local means is not the batch mean

@@ -85,8 +85,11 @@ def _configurations(name: str):
     if spec.reductions:
         hparams = [{"reduction": reduction} for reduction in spec.reductions] + [{"dual_clip": 3.0}]
     impls = ["auto", "torch", "eager"] if name in WITH_IMPL else [None]
-    batches = [BatchInfo(), BatchInfo(dp_size=2, global_batch_size=16, global_num_tokens=300),
-               BatchInfo(dp_size=2, global_batch_size=torch.tensor(16), global_num_tokens=torch.tensor(300))]
+    batches = [
+        BatchInfo(),
+        BatchInfo(dp_size=2, global_batch_size=16, global_num_tokens=300),
+        BatchInfo(dp_size=2, global_batch_size=torch.tensor(16), global_num_tokens=torch.tensor(300)),
+    ]
     layouts = itertools.product([False, True], ["none", "seq", "token"], [False, True], [False, True])
     yield from itertools.product(hparams, impls, batches, layouts)
 

@@ -111,26 +111,34 @@ def test_plugin_that_fails_to_import_warns_and_the_rest_works(site):
 
 
 def test_plugin_whose_hook_raises_warns_and_is_skipped(site):
-    site.add("plug-raises", "plug_raises", """
+    site.add(
+        "plug-raises",
+        "plug_raises",
+        """
         from gmpo_plugins import hookimpl
 
         @hookimpl
         def gmpo_plugins_losses():
             raise RuntimeError("boom")
-    """)
+    """,
+    )
     with pytest.warns(PluginLoadWarning, match=r"plug-raises.*boom"):
         registry = LossRegistry(autoload=True)
     assert "gmpo" in registry.names()
 
 
 def test_plugin_returning_non_specs_warns(site):
-    site.add("plug-a", "plug_a", """
+    site.add(
+        "plug-a",
+        "plug_a",
+        """
         from gmpo_plugins import hookimpl
 
         @hookimpl
         def gmpo_plugins_losses():
             return ["not a spec"]
-    """)
+    """,
+    )
     with pytest.warns(PluginLoadWarning, match="expected LossSpec"):
         LossRegistry(autoload=True)
 

@@ -13,8 +13,9 @@ class FrameworkError(ValueError):
 
 
 def check(name: str, **params) -> None:
-    check_translated_hparams(get_loss(name), params, setting_of=lambda h: f"--fw.{h}", context=f"loss={name}",
-                             error=FrameworkError)
+    check_translated_hparams(
+        get_loss(name), params, setting_of=lambda h: f"--fw.{h}", context=f"loss={name}", error=FrameworkError
+    )
 
 
 def test_log_space_bound_is_explained_with_the_framework_setting():

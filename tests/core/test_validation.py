@@ -165,6 +165,13 @@ def test_clipping_family_member_without_an_eps_names_it(clip, impl):
     inputs = random_batch(seed=0)
     with pytest.raises(ValueError, match=f"clip='{clip}' needs eps_low"):
         geometric_mean_loss(
-            inputs, BatchInfo(), clip=clip, normalise=True, kl_beta=0.0, kl_estimator="k3",
-            log_ratio_bound=20.0, eps_high=0.4, impl=impl,
+            inputs,
+            BatchInfo(),
+            clip=clip,
+            normalise=True,
+            kl_beta=0.0,
+            kl_estimator="k3",
+            log_ratio_bound=20.0,
+            eps_high=0.4,
+            impl=impl,
         )

@@ -31,10 +31,15 @@ class Batch:
     def log_probs(self) -> torch.Tensor:
         return self.leaf * self.action_mask
 
-    def rows(self, index) -> "Batch":
+    def rows(self, index) -> Batch:
         leaf = self.leaf.detach()[index].clone().requires_grad_(True)
-        return Batch(leaf, self.old_log_probs[index], self.advantages[index], self.action_mask[index],
-                     self.rollout_log_probs[index])
+        return Batch(
+            leaf,
+            self.old_log_probs[index],
+            self.advantages[index],
+            self.action_mask[index],
+            self.rollout_log_probs[index],
+        )
 
 
 def openrlhf_batch(seed: int = 0, dtype: torch.dtype = torch.float32, spread: float = 0.4) -> Batch:

@@ -41,8 +41,9 @@ def test_parses_registry_names(loss_module):
     args = parse_args(["--actor.policy_loss_type", "gmpo", "--actor.eps_clip_low_high", "0.4", "0.4", *GROUP])
     assert getattr(args, "actor.policy_loss_type") == "gmpo"
     assert getattr(args, "actor.eps_clip_low_high") == [0.4, 0.4]
-    args = parse_args(["--actor.policy_loss_type", "gmpo_plugins.gspo", "--actor.loss_agg_mode",
-                       "seq-mean-token-mean", *GROUP])
+    args = parse_args(
+        ["--actor.policy_loss_type", "gmpo_plugins.gspo", "--actor.loss_agg_mode", "seq-mean-token-mean", *GROUP]
+    )
     assert getattr(args, "actor.policy_loss_type") == "gmpo_plugins.gspo"
     assert getattr(parse_args(["--actor.policy_loss_type", "ppo"]), "actor.policy_loss_type") == "ppo"
 
@@ -60,15 +61,20 @@ def test_unknown_name_is_rejected_listing_the_valid_ones(loss_module, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--actor.policy_loss_type", "gmpo", *GROUP, "--algo.advantage.is_correction_level", "token"],
-         "--algo.advantage.is_correction_level=token is not supported"),
-        (["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss"],
-         "--algo.advantage.estimator gae gives per-token advantages"),
-        (["--actor.policy_loss_type", "gmpo", *GROUP[:4]],
-         "--algo.kl.init_coef 0.01 without --algo.kl.use_loss"),
+        (
+            ["--actor.policy_loss_type", "gmpo", *GROUP, "--algo.advantage.is_correction_level", "token"],
+            "--algo.advantage.is_correction_level=token is not supported",
+        ),
+        (
+            ["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss"],
+            "--algo.advantage.estimator gae gives per-token advantages",
+        ),
+        (["--actor.policy_loss_type", "gmpo", *GROUP[:4]], "--algo.kl.init_coef 0.01 without --algo.kl.use_loss"),
         (["--actor.policy_loss_type", "gmpo", *GROUP, "--actor.dual_clip", "3"], "--actor.dual_clip=3.0 is not"),
-        (["--actor.policy_loss_type", "grpo", *GROUP, "--actor.eps_clip", "1.2"],
-         "--actor.eps_clip_low_high (LOW)=1.2 is not valid"),
+        (
+            ["--actor.policy_loss_type", "grpo", *GROUP, "--actor.eps_clip", "1.2"],
+            "--actor.eps_clip_low_high (LOW)=1.2 is not valid",
+        ),
     ],
 )
 def test_refused_settings_are_usage_errors(loss_module, capsys, argv, message):

@@ -33,9 +33,14 @@ def test_adapter_matches_the_core_on_parity_cases(targets, name):
     assert row.metric_key  # clip_frac / ppo_kl / policy_loss were compared
 
 
-@pytest.mark.parametrize(("name", "cases"), [("grpo", ("near", "far", "guard", "zero_adv")),
-                                             ("dapo", ("near", "far", "guard", "zero_adv")),
-                                             ("gspo", ("near", "far", "zero_adv"))])
+@pytest.mark.parametrize(
+    ("name", "cases"),
+    [
+        ("grpo", ("near", "far", "guard", "zero_adv")),
+        ("dapo", ("near", "far", "guard", "zero_adv")),
+        ("gspo", ("near", "far", "zero_adv")),
+    ],
+)
 def test_openrlhf_own_ppo_and_gspo_equal_ours(targets, name, cases):
     """OpenRLHF's ppo == our grpo/dapo, its gspo == our gspo, except where they differ by
     design: bf16 (OpenRLHF computes in the input dtype) and, for gspo, the +-20 guard."""

@@ -43,8 +43,9 @@ def _gradient(policy_loss, batch, ranks):
             pairs = [(rows, info) for rows in micro_batches]
         for rows, info in pairs:
             mask = batch.action_mask[rows]
-            loss = policy_loss(leaf[rows] * mask, batch.old_log_probs[rows], batch.advantages[rows],
-                               action_mask=mask, **info)[0]
+            loss = policy_loss(
+                leaf[rows] * mask, batch.old_log_probs[rows], batch.advantages[rows], action_mask=mask, **info
+            )[0]
             total = total + loss / gas / dp_size  # DeepSpeed: 1/gas; DDP: mean over ranks
     total.backward()
     return total.detach(), leaf.grad

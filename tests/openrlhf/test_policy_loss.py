@@ -32,38 +32,70 @@ def _core_batch_info(info):
 
 # (policy_loss_type, constructor kwargs, registry name, hyper-parameters the core must get)
 PARITY = [
-    ("gmpo", dict(clip_eps_low=0.4, clip_eps_high=0.3, token_level_loss=True), "gmpo",
-     dict(eps_low=0.4, eps_high=0.3)),
-    ("gmpo", dict(clip_eps_low=0.4, clip_eps_high=0.4, token_level_loss=False), "gmpo",
-     dict(eps_low=0.4, eps_high=0.4)),
+    ("gmpo", dict(clip_eps_low=0.4, clip_eps_high=0.3, token_level_loss=True), "gmpo", dict(eps_low=0.4, eps_high=0.3)),
+    (
+        "gmpo",
+        dict(clip_eps_low=0.4, clip_eps_high=0.4, token_level_loss=False),
+        "gmpo",
+        dict(eps_low=0.4, eps_high=0.4),
+    ),
     ("gmpo_plugins.gmpo", dict(clip_eps_low=0.2, clip_eps_high=0.2), "gmpo", dict(eps_low=0.2, eps_high=0.2)),
-    ("gmpo_seqclip", dict(clip_eps_low=0.1, clip_eps_high=0.1, token_level_loss=False), "gmpo_seqclip",
-     dict(eps_low=0.1, eps_high=0.1)),
-    ("gmpo_nonorm", dict(clip_eps_low=0.4, clip_eps_high=0.4, token_level_loss=False), "gmpo_nonorm",
-     dict(eps_low=0.4, eps_high=0.4)),
+    (
+        "gmpo_seqclip",
+        dict(clip_eps_low=0.1, clip_eps_high=0.1, token_level_loss=False),
+        "gmpo_seqclip",
+        dict(eps_low=0.1, eps_high=0.1),
+    ),
+    (
+        "gmpo_nonorm",
+        dict(clip_eps_low=0.4, clip_eps_high=0.4, token_level_loss=False),
+        "gmpo_nonorm",
+        dict(eps_low=0.4, eps_high=0.4),
+    ),
     ("gmpo_noclip", dict(token_level_loss=False), "gmpo_noclip", {}),
-    ("grpo", dict(clip_eps_low=0.2, clip_eps_high=0.28, token_level_loss=True), "grpo",
-     dict(eps_low=0.2, eps_high=0.28, reduction="token-mean")),
-    ("grpo", dict(clip_eps_low=0.2, clip_eps_high=0.2, token_level_loss=False, dual_clip=3.0), "grpo",
-     dict(eps_low=0.2, eps_high=0.2, reduction="seq-mean-token-mean", dual_clip=3.0)),
-    ("dapo", dict(clip_eps_low=0.2, clip_eps_high=0.28), "dapo",
-     dict(eps_low=0.2, eps_high=0.28, reduction="token-mean")),
-    ("gmpo_plugins.gspo", dict(clip_eps_low=3e-4, clip_eps_high=4e-4, token_level_loss=False), "gspo",
-     dict(eps_low=3e-4, eps_high=4e-4)),
+    (
+        "grpo",
+        dict(clip_eps_low=0.2, clip_eps_high=0.28, token_level_loss=True),
+        "grpo",
+        dict(eps_low=0.2, eps_high=0.28, reduction="token-mean"),
+    ),
+    (
+        "grpo",
+        dict(clip_eps_low=0.2, clip_eps_high=0.2, token_level_loss=False, dual_clip=3.0),
+        "grpo",
+        dict(eps_low=0.2, eps_high=0.2, reduction="seq-mean-token-mean", dual_clip=3.0),
+    ),
+    (
+        "dapo",
+        dict(clip_eps_low=0.2, clip_eps_high=0.28),
+        "dapo",
+        dict(eps_low=0.2, eps_high=0.28, reduction="token-mean"),
+    ),
+    (
+        "gmpo_plugins.gspo",
+        dict(clip_eps_low=3e-4, clip_eps_high=4e-4, token_level_loss=False),
+        "gspo",
+        dict(eps_low=3e-4, eps_high=4e-4),
+    ),
 ]
 
 
 @pytest.mark.parametrize("numbers", NUMBERS)
-@pytest.mark.parametrize(("loss_type", "kwargs", "name", "hparams"), PARITY,
-                         ids=[f"{p[0]}-{i}" for i, p in enumerate(PARITY)])
+@pytest.mark.parametrize(
+    ("loss_type", "kwargs", "name", "hparams"), PARITY, ids=[f"{p[0]}-{i}" for i, p in enumerate(PARITY)]
+)
 def test_registry_loss_equals_core(loss_module, loss_type, kwargs, name, hparams, numbers):
     """Loss, clip_ratio, ppo_kl and d loss / d log_probs equal the core's to 1e-6."""
     batch, twin = openrlhf_batch(1), openrlhf_batch(1)
     info = _info(batch, numbers)
     policy_loss = loss_module.PolicyLoss(policy_loss_type=loss_type, **kwargs)
     loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = policy_loss(
-        batch.log_probs, batch.old_log_probs, batch.advantages, action_mask=batch.action_mask,
-        rollout_log_probs=None, **info,
+        batch.log_probs,
+        batch.old_log_probs,
+        batch.advantages,
+        action_mask=batch.action_mask,
+        rollout_log_probs=None,
+        **info,
     )
     loss.backward()
 
@@ -94,8 +126,16 @@ def test_gmpo_equals_float64_loop_reference(loss_module, token_level_loss, numbe
     loss.backward()
     rows = (batch.action_mask.sum(-1) > 0).sum()
     n = info["global_batch_size"] if info else rows
-    ref = gmpo_reference(twin.log_probs, twin.old_log_probs, twin.advantages, twin.action_mask,
-                         eps_low=0.4, eps_high=0.3, n=n, dp=info.get("dp_size", 1))
+    ref = gmpo_reference(
+        twin.log_probs,
+        twin.old_log_probs,
+        twin.advantages,
+        twin.action_mask,
+        eps_low=0.4,
+        eps_high=0.3,
+        n=n,
+        dp=info.get("dp_size", 1),
+    )
     ref.backward()
     assert abs(float(loss.detach()) - float(ref.detach())) <= 1e-12
     assert (batch.leaf.grad - twin.leaf.grad).abs().max() <= 1e-12
@@ -108,8 +148,17 @@ def test_grpo_follows_loss_agg_mode(loss_module, token_level_loss, reduction):
     policy_loss = loss_module.PolicyLoss(0.2, 0.28, token_level_loss=token_level_loss, policy_loss_type="grpo")
     loss = policy_loss(batch.log_probs, batch.old_log_probs, batch.advantages, batch.action_mask, **info)[0]
     n = info["batch_num_tokens"] if reduction == "token-mean" else info["global_batch_size"]
-    ref = grpo_reference(twin.log_probs, twin.old_log_probs, twin.advantages, twin.action_mask,
-                         reduction=reduction, n=n, dp=2, eps_low=0.2, eps_high=0.28)
+    ref = grpo_reference(
+        twin.log_probs,
+        twin.old_log_probs,
+        twin.advantages,
+        twin.action_mask,
+        reduction=reduction,
+        n=n,
+        dp=2,
+        eps_low=0.2,
+        eps_high=0.28,
+    )
     assert abs(float(loss.detach()) - float(ref.detach())) <= 1e-12
 
 
@@ -136,11 +185,21 @@ def test_ppo_and_gspo_are_byte_identical_to_openrlhf(loss_module, pristine_loss_
     batch, twin = openrlhf_batch(4), openrlhf_batch(4)
     info = _info(batch, numbers)
     ours = loss_module.PolicyLoss(**kwargs)(
-        batch.log_probs, batch.old_log_probs, batch.advantages, action_mask=batch.action_mask,
-        rollout_log_probs=batch.rollout_log_probs, **info)
+        batch.log_probs,
+        batch.old_log_probs,
+        batch.advantages,
+        action_mask=batch.action_mask,
+        rollout_log_probs=batch.rollout_log_probs,
+        **info,
+    )
     theirs = pristine_loss_module.PolicyLoss(**kwargs)(
-        twin.log_probs, twin.old_log_probs, twin.advantages, action_mask=twin.action_mask,
-        rollout_log_probs=twin.rollout_log_probs, **info)
+        twin.log_probs,
+        twin.old_log_probs,
+        twin.advantages,
+        action_mask=twin.action_mask,
+        rollout_log_probs=twin.rollout_log_probs,
+        **info,
+    )
     assert len(ours) == len(theirs) == 5
     for mine, other in zip(ours, theirs, strict=True):
         assert (mine is None and other is None) or torch.equal(mine, other)

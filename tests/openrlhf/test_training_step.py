@@ -14,16 +14,35 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss
 
 CASES = {
     "gmpo, KL loss, token-mean default": [
-        "--actor.policy_loss_type", "gmpo", "--actor.eps_clip_low_high", "0.4", "0.4",
-        "--algo.kl.use_loss", "--algo.kl.estimator", "k3",
+        "--actor.policy_loss_type",
+        "gmpo",
+        "--actor.eps_clip_low_high",
+        "0.4",
+        "0.4",
+        "--algo.kl.use_loss",
+        "--algo.kl.estimator",
+        "k3",
     ],
     "gmpo, seq-mean-token-mean, no KL": [
-        "--actor.policy_loss_type", "gmpo", "--actor.eps_clip", "0.2",
-        "--actor.loss_agg_mode", "seq-mean-token-mean", "--algo.kl.init_coef", "0",
+        "--actor.policy_loss_type",
+        "gmpo",
+        "--actor.eps_clip",
+        "0.2",
+        "--actor.loss_agg_mode",
+        "seq-mean-token-mean",
+        "--algo.kl.init_coef",
+        "0",
     ],
     "grpo token-mean (DAPO), entropy term": [
-        "--actor.policy_loss_type", "gmpo_plugins.grpo", "--actor.eps_clip_low_high", "0.2", "0.28",
-        "--algo.kl.init_coef", "0", "--actor.entropy_coef", "0.01",
+        "--actor.policy_loss_type",
+        "gmpo_plugins.grpo",
+        "--actor.eps_clip_low_high",
+        "0.2",
+        "0.28",
+        "--algo.kl.init_coef",
+        "0",
+        "--actor.entropy_coef",
+        "0.01",
     ],
 }
 
@@ -33,9 +52,13 @@ def _reference(tiny, actor, experience, args, info, kl_ctl):
     from openrlhf.models import aggregate_loss
     from openrlhf.models.utils import compute_approx_kl
 
-    log_probs, output = actor(experience.sequences, experience.action_mask,
-                              attention_mask=experience.attention_mask, return_output=True,
-                              return_entropy=args.actor.entropy_coef is not None)
+    log_probs, output = actor(
+        experience.sequences,
+        experience.action_mask,
+        attention_mask=experience.attention_mask,
+        return_output=True,
+        return_entropy=args.actor.entropy_coef is not None,
+    )
     name = args.actor.policy_loss_type.removeprefix("gmpo_plugins.")
     low, high = args.actor.eps_clip_low_high
     hparams = {"eps_low": low, "eps_high": high}
@@ -48,11 +71,16 @@ def _reference(tiny, actor, experience, args, info, kl_ctl):
     )
     total = out.loss
     if args.algo.kl.use_loss:
-        kl = compute_approx_kl(log_probs, experience.base_action_log_probs, log_probs_old=experience.action_log_probs,
-                               kl_estimator=args.algo.kl.estimator, unbiased_gradient=args.algo.kl.unbiased_gradient)
+        kl = compute_approx_kl(
+            log_probs,
+            experience.base_action_log_probs,
+            log_probs_old=experience.action_log_probs,
+            kl_estimator=args.algo.kl.estimator,
+            unbiased_gradient=args.algo.kl.unbiased_gradient,
+        )
         total = total + aggregate_loss(kl, experience.action_mask, **info) * kl_ctl
     if args.actor.entropy_coef is not None:
-        entropy = output.entropy[:, -experience.action_mask.shape[1]:]
+        entropy = output.entropy[:, -experience.action_mask.shape[1] :]
         total = total - aggregate_loss(entropy, experience.action_mask, **info) * args.actor.entropy_coef
     actor.zero_grad(set_to_none=True)
     total.backward()
@@ -68,7 +96,8 @@ def test_training_step_logs_the_core_metrics_and_gradients(tiny_openrlhf, argv):
     actor = tiny.build_actor()
     trainer, strategy = tiny.build_trainer(args, actor)
     assert trainer.actor_loss_fn.__dict__["_gmpo_plugins_plan"].spec.name == args.actor.policy_loss_type.removeprefix(
-        "gmpo_plugins.")
+        "gmpo_plugins."
+    )
     experience = tiny.build_experience(actor)
     info = tiny.loss_batch_info(strategy, experience)
     assert float(info["global_batch_size"]) == 6 and float(info["batch_num_tokens"]) == 25  # one empty response

@@ -37,13 +37,30 @@ def test_patch_refuses_an_unsupported_version_before_touching_the_class(pristine
 
 def test_patch_refuses_another_policy_loss_signature():
     class PolicyLoss(torch.nn.Module):  # OpenRLHF 0.11.1's constructor (returns a 4-tuple)
-        def __init__(self, clip_eps_low=0.2, clip_eps_high=0.2, dual_clip=None, token_level_loss=True,
-                     policy_loss_type="ppo", enable_vllm_is_correction=False, vllm_is_truncated_threshold=None,
-                     vllm_is_correction_type="tis"):
+        def __init__(
+            self,
+            clip_eps_low=0.2,
+            clip_eps_high=0.2,
+            dual_clip=None,
+            token_level_loss=True,
+            policy_loss_type="ppo",
+            enable_vllm_is_correction=False,
+            vllm_is_truncated_threshold=None,
+            vllm_is_correction_type="tis",
+        ):
             super().__init__()
 
-        def forward(self, log_probs, old_log_probs, advantages, action_mask=None, rollout_log_probs=None,
-                    dp_size=1, batch_num_tokens=None, global_batch_size=None):
+        def forward(
+            self,
+            log_probs,
+            old_log_probs,
+            advantages,
+            action_mask=None,
+            rollout_log_probs=None,
+            dp_size=1,
+            batch_num_tokens=None,
+            global_batch_size=None,
+        ):
             raise AssertionError
 
     module = types.ModuleType("openrlhf.models.loss")

@@ -14,7 +14,6 @@ from datasets import Dataset  # noqa: E402
 
 from .tiny import PROMPTS, build_model_dir, build_tokenizer  # noqa: E402
 
-
 # Warnings TRL and transformers emit on their own (pyproject.toml makes the rest errors):
 TRL_WARNINGS = (
     # transformers 5 renames gradient checkpointing to activation checkpointing; GRPOConfig and

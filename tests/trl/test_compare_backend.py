@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from gmpo_plugins import list_losses
-from gmpo_plugins.compare.references_trl import TrlGMPOBackend
 from gmpo_plugins.compare.backends import CoreBackend, load_backend
 from gmpo_plugins.compare.backends_trl import TrlBackend, trl_settings
 from gmpo_plugins.compare.parity import ParityTarget, compare_target, discover_targets, evaluate, parity_cases
+from gmpo_plugins.compare.references_trl import TrlGMPOBackend
 
 
 def test_parity_discovers_the_trl_adapter_and_reference():
@@ -38,8 +38,16 @@ def test_settings_round_trip_through_grpo_config():
         {"log_ratio_bound": 10.0},
     )
     backend = TrlBackend()
-    hparams = {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0, "reduction": "token-mean", "norm_length": 12,
-               "kl_beta": 0.0, "kl_estimator": "k3", "log_ratio_bound": 20.0}
+    hparams = {
+        "eps_low": 0.2,
+        "eps_high": 0.28,
+        "dual_clip": 3.0,
+        "reduction": "token-mean",
+        "norm_length": 12,
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "log_ratio_bound": 20.0,
+    }
     args, loss_hparams = backend._config("grpo", hparams)
     assert loss_hparams == hparams and args.max_completion_length == 12 and args.epsilon_high == 0.28
 

@@ -14,8 +14,20 @@ from .tiny import PROMPTS, build_tokenizer, count_digits_reward, grpo_config, mi
 
 WORLD = 2
 ROWS = 6
-COMPARED = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "kl", "entropy", "policy_loss",
-            "ppo_kl", "log_ratio_min", "log_ratio_max", "seq_weight_min", "seq_weight_mean", "seq_weight_max")
+COMPARED = (
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "kl",
+    "entropy",
+    "policy_loss",
+    "ppo_kl",
+    "log_ratio_min",
+    "log_ratio_max",
+    "seq_weight_min",
+    "seq_weight_mean",
+    "seq_weight_max",
+)
 
 
 def _trainer(model_dir: str, output_dir: str):
@@ -34,8 +46,13 @@ def _trainer(model_dir: str, output_dir: str):
 
 
 def _worker(rank: int, model_dir: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      TRL_EXPERIMENTAL_SILENCE="1")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        TRL_EXPERIMENTAL_SILENCE="1",
+    )
     import torch.distributed as dist
 
     # a file rendezvous (no TCP port to collide with); accelerate uses an existing group

@@ -54,11 +54,23 @@ def test_accumulated_data_parallel_gradient_equals_whole_batch(name, processes, 
 
 
 def test_eval_batch_info_has_no_accumulation():
-    info = trl_batch_info(local_sequences=4, accumulation_steps=8, num_processes=2, num_items_in_batch=torch.tensor(40),
-                          steps_per_generation=8, training=False)
+    info = trl_batch_info(
+        local_sequences=4,
+        accumulation_steps=8,
+        num_processes=2,
+        num_items_in_batch=torch.tensor(40),
+        steps_per_generation=8,
+        training=False,
+    )
     assert (info.dp_size, info.global_batch_size, int(info.global_num_tokens)) == (2, 8, 40)
-    info = trl_batch_info(local_sequences=4, accumulation_steps=8, num_processes=2, num_items_in_batch=torch.tensor(40),
-                          steps_per_generation=4, training=True)
+    info = trl_batch_info(
+        local_sequences=4,
+        accumulation_steps=8,
+        num_processes=2,
+        num_items_in_batch=torch.tensor(40),
+        steps_per_generation=4,
+        training=True,
+    )
     assert (info.dp_size, info.global_batch_size, int(info.global_num_tokens)) == (2, 64, 80)
 
 
@@ -67,8 +79,12 @@ def test_trainer_two_micro_batches_equal_one(name, model_dir, tmp_path, tokenize
     """Through RegistryGRPOTrainer._compute_loss: one micro-batch of 6 with G = 1, or its two
     halves with G = 2 (gradients summed as the training loop does), give the same gradient."""
     trainer = RegistryGRPOTrainer(
-        model=model_dir, reward_funcs=count_digits_reward, args=grpo_config(tmp_path, epsilon=0.3),
-        train_dataset=prompts, processing_class=tokenizer, loss=name,
+        model=model_dir,
+        reward_funcs=count_digits_reward,
+        args=grpo_config(tmp_path, epsilon=0.3),
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        loss=name,
     )
     inputs = micro_batch(trainer, seed=8, batch=6, spread=0.4)
     whole_loss, whole_grads, _ = run_loss(trainer, inputs)
@@ -87,8 +103,12 @@ def test_trainer_two_micro_batches_equal_one(name, model_dir, tmp_path, tokenize
 
 def test_trainer_eval_loss_is_not_divided_by_accumulation(model_dir, tmp_path, tokenizer, prompts):
     trainer = RegistryGRPOTrainer(
-        model=model_dir, reward_funcs=count_digits_reward, args=grpo_config(tmp_path, epsilon=0.3),
-        train_dataset=prompts, processing_class=tokenizer, loss="gmpo",
+        model=model_dir,
+        reward_funcs=count_digits_reward,
+        args=grpo_config(tmp_path, epsilon=0.3),
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        loss="gmpo",
     )
     inputs = micro_batch(trainer, seed=9, spread=0.4)
     train_loss = run_loss(trainer, inputs, accumulation=4)[0].item()

@@ -57,8 +57,15 @@ def test_epsilon_high_refused_for_a_loss_without_clip(tmp_path):
         _build(tmp_path, loss="gmpo_noclip", epsilon_high=0.3)
 
 
-@pytest.mark.parametrize("key,field", [("eps_low", "epsilon"), ("eps_high", "epsilon_high"), ("kl_beta", "beta"),
-                                       ("norm_length", "max_completion_length")])
+@pytest.mark.parametrize(
+    "key,field",
+    [
+        ("eps_low", "epsilon"),
+        ("eps_high", "epsilon_high"),
+        ("kl_beta", "beta"),
+        ("norm_length", "max_completion_length"),
+    ],
+)
 def test_translated_hyper_parameters_come_from_grpo_config(tmp_path, key, field):
     with pytest.raises(UnsupportedTRLOptionError, match=rf"loss_hparams\['{key}'\]: set GRPOConfig.{field} instead"):
         _build(tmp_path, loss_hparams={key: 0.1})
@@ -88,16 +95,30 @@ def test_supported_options_are_translated(tmp_path):
     passed on (values a plain GRPOConfig default would not give)."""
     from trl.experimental.gmpo import GMPOConfig
 
-    args = grpo_config(tmp_path, use_vllm=True, vllm_importance_sampling_correction=True, beta=0.04,
-                       use_bias_correction_kl=False, epsilon_high=0.3)
+    args = grpo_config(
+        tmp_path,
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        beta=0.04,
+        use_bias_correction_kl=False,
+        epsilon_high=0.3,
+    )
     assert refusals(args, get_loss("gmpo")) == []
     assert loss_hparams_from_args(args, get_loss("gmpo"), {"log_ratio_bound": 10.0}) == {
-        "eps_low": 0.2, "eps_high": 0.3, "kl_beta": 0.04, "log_ratio_bound": 10.0,
+        "eps_low": 0.2,
+        "eps_high": 0.3,
+        "kl_beta": 0.04,
+        "log_ratio_bound": 10.0,
     }
     assert loss_hparams_from_args(args, get_loss("dr_grpo")) == {
-        "eps_low": 0.2, "eps_high": 0.3, "kl_beta": 0.04, "norm_length": 8,
+        "eps_low": 0.2,
+        "eps_high": 0.3,
+        "kl_beta": 0.04,
+        "norm_length": 8,
     }
     assert loss_hparams_from_args(grpo_config(tmp_path, GMPOConfig), get_loss("gmpo")) == {
-        "eps_low": 0.4, "eps_high": 0.4, "kl_beta": 0.0,
+        "eps_low": 0.4,
+        "eps_high": 0.4,
+        "kl_beta": 0.0,
     }
     assert loss_hparams_from_args(grpo_config(tmp_path), get_loss("gmpo_noclip")) == {"kl_beta": 0.0}

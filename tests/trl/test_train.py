@@ -13,8 +13,14 @@ from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
 
 from .tiny import count_digits_reward, grpo_config
 
-LOSS_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "policy_loss",
-                "entropy", "seq_weight_mean")
+LOSS_METRICS = (
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "policy_loss",
+    "entropy",
+    "seq_weight_mean",
+)
 
 
 @pytest.mark.parametrize(

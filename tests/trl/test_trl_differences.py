@@ -26,8 +26,13 @@ GMPO = get_loss("gmpo")
 
 def _ours(log_probs, old, advantages, mask, eps_low, eps_high, beta=0.0, ref=None):
     batch = BatchInfo(dp_size=1, global_batch_size=log_probs.shape[0])  # TRL: mean over all B rows
-    return GMPO(LossInputs(log_probs, old, advantages, mask, ref_log_probs=ref), batch,
-                eps_low=eps_low, eps_high=eps_high, kl_beta=beta)
+    return GMPO(
+        LossInputs(log_probs, old, advantages, mask, ref_log_probs=ref),
+        batch,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        kl_beta=beta,
+    )
 
 
 def _loss_and_grad(out, log_probs):
@@ -53,8 +58,9 @@ def test_equal_to_trl_gmpo_math_where_semantics_coincide(seed, batch, length, ep
     mask = torch.rand(batch, length, generator=generator) < 0.7
     mask[:, 0] = True  # every row has a valid token
     ref_or_none = ref if beta else None
-    theirs = trl_gmpo_reference(log_probs, old, advantages, mask, eps_low=eps_low, eps_high=eps_high,
-                                beta=beta, ref_log_probs=ref_or_none)
+    theirs = trl_gmpo_reference(
+        log_probs, old, advantages, mask, eps_low=eps_low, eps_high=eps_high, beta=beta, ref_log_probs=ref_or_none
+    )
     ours = _ours(log_probs, old, advantages, mask, eps_low, eps_high, beta, ref_or_none)
     loss_t, grad_t = _loss_and_grad(theirs, log_probs)
     loss_o, grad_o = _loss_and_grad(ours, log_probs)
@@ -67,8 +73,9 @@ def test_equal_to_trl_gmpo_math_where_semantics_coincide(seed, batch, length, ep
 def test_empty_row_changes_trl_loss_value_not_gradient():
     """A row without valid tokens (mask_truncated_completions): TRL adds -A_i * exp(0) / B to
     the loss value, we add nothing; both give it zero gradient and divide by the same B."""
-    log_probs = torch.tensor([[-1.0, -2.0], [-0.5, -0.7], [-1.5, -1.1], [-0.3, -0.9]],
-                             dtype=torch.float64, requires_grad=True)
+    log_probs = torch.tensor(
+        [[-1.0, -2.0], [-0.5, -0.7], [-1.5, -1.1], [-0.3, -0.9]], dtype=torch.float64, requires_grad=True
+    )
     old = log_probs.detach() + torch.tensor([[0.1, -0.2], [0.0, 0.0], [0.3, 0.5], [-0.6, 0.2]], dtype=torch.float64)
     advantages = torch.tensor([1.0, 0.7, -0.5, 2.0], dtype=torch.float64)
     mask = torch.tensor([[1, 1], [0, 0], [1, 0], [1, 1]], dtype=torch.bool)
@@ -117,8 +124,13 @@ def test_logged_metric_names_differ_as_documented(model_dir, tmp_path, tokenizer
     names_t, names_o = set(run_loss(theirs, inputs)[2]), set(run_loss(ours, inputs)[2])
     assert names_t - names_o == {"clip_ratio/low_min", "clip_ratio/high_max"}
     assert names_o - names_t == {
-        "policy_loss", "ppo_kl", "log_ratio_min", "log_ratio_max",
-        "seq_weight_min", "seq_weight_mean", "seq_weight_max",
+        "policy_loss",
+        "ppo_kl",
+        "log_ratio_min",
+        "log_ratio_max",
+        "seq_weight_min",
+        "seq_weight_mean",
+        "seq_weight_max",
     }
 
 
@@ -133,8 +145,9 @@ def test_moe_router_aux_loss_is_added_unlike_trl_gmpo(moe_model_dir, tmp_path, t
 
     common = dict(reward_funcs=count_digits_reward, train_dataset=prompts, processing_class=tokenizer)
     theirs = GMPOTrainer(model=moe_model_dir, args=grpo_config(tmp_path / "t", GMPOConfig), **common)
-    ours = RegistryGRPOTrainer(model=moe_model_dir, args=grpo_config(tmp_path / "o", epsilon=0.4), loss="gmpo",
-                               **common)
+    ours = RegistryGRPOTrainer(
+        model=moe_model_dir, args=grpo_config(tmp_path / "o", epsilon=0.4), loss="gmpo", **common
+    )
     inputs = micro_batch(ours, seed=7, spread=0.35)
     loss_o, _, metrics_o = run_loss(ours, inputs, accumulation=2)
     loss_t, _, metrics_t = run_loss(theirs, inputs, accumulation=2)
@@ -160,9 +173,15 @@ def test_parity_backend_accumulates_like_trl(splits):
     backend, total = TrlGMPOBackend(), 0.0
     assert backend.supports("gmpo") and not backend.supports("grpo")
     for rows in torch.arange(6).chunk(splits):
-        loss, metrics = backend.policy_loss(log_probs=log_probs[rows], old_log_probs=old[rows],
-                                            advantages=advantages[rows], mask=mask[rows], loss_name="gmpo",
-                                            hparams=hparams, batch_info=info)
+        loss, metrics = backend.policy_loss(
+            log_probs=log_probs[rows],
+            old_log_probs=old[rows],
+            advantages=advantages[rows],
+            mask=mask[rows],
+            loss_name="gmpo",
+            hparams=hparams,
+            batch_info=info,
+        )
         loss.backward()
         total += loss.item()
     ours = GMPO(LossInputs(log_probs, old, advantages, mask), info)

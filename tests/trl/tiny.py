@@ -5,7 +5,6 @@ function, and hand-built GRPO micro-batches for calling ``_compute_loss`` direct
 from __future__ import annotations
 
 import string
-from typing import Optional
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -76,7 +75,7 @@ def micro_batch(
     prompt_length: int = 4,
     length: int = 7,
     spread: float = 0.3,
-    advantages: Optional[torch.Tensor] = None,
+    advantages: torch.Tensor | None = None,
 ) -> dict:
     """A GRPO micro-batch as GRPOTrainer hands it to ``_compute_loss``: random prompt and
     completion tokens, left-padded prompts, right-padded completions of varied lengths,

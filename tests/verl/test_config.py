@@ -12,8 +12,7 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.utils.losses import ppo_loss
 
 from gmpo_plugins import get_loss
-from gmpo_plugins.adapters.verl import VerlConfigError, is_ours
-from gmpo_plugins.adapters.verl import options
+from gmpo_plugins.adapters.verl import VerlConfigError, is_ours, options
 from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
 
 from . import engine

@@ -27,7 +27,8 @@ import contextlib
 import functools
 import runpy
 import sys
-from typing import Any, Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from gmpo_plugins.adapters.openrlhf.hook import install, runtime_env
 from gmpo_plugins.adapters.openrlhf.options import (
@@ -60,7 +61,7 @@ def _replaced(obj: Any, name: str, value: Any) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-def _policy_loss_action(parser: argparse.ArgumentParser) -> Optional[argparse.Action]:
+def _policy_loss_action(parser: argparse.ArgumentParser) -> argparse.Action | None:
     return next((action for action in parser._actions if action.dest == POLICY_LOSS_DEST), None)
 
 
@@ -160,7 +161,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         return parser.parse_args(list(argv))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Console script ``gmpo-openrlhf`` (module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:

@@ -26,8 +26,9 @@ import importlib.abc
 import json
 import os
 import sys
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Mapping, Optional
+from typing import Any
 
 TARGET = "openrlhf.models.loss"
 HOOK = "gmpo_plugins.adapters.openrlhf.hook.setup_worker"
@@ -102,7 +103,7 @@ def setup_worker() -> None:
     _install_finder()
 
 
-def job_setup_hook() -> Optional[str]:
+def job_setup_hook() -> str | None:
     """The setup hook of the Ray job this driver runs in (``ray job submit``), if any."""
     raw = os.environ.get(JOB_CONFIG_ENV)
     if not raw:
@@ -111,7 +112,7 @@ def job_setup_hook() -> Optional[str]:
     return env.get(KEY) or (env.get("env_vars") or {}).get(HOOK_ENV)
 
 
-def runtime_env(base: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def runtime_env(base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A copy of the Ray runtime env ``base`` (e.g. OpenRLHF's ``{"env_vars": {...}}``) with
     ``worker_process_setup_hook = HOOK`` added.
 

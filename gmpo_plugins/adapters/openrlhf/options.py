@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
@@ -89,7 +90,7 @@ def policy_loss_choices() -> list[str]:
     return [*OPENRLHF_OWN, *bare, *(PREFIX + spec.name for spec in specs)]
 
 
-def registry_spec(policy_loss_type: Any) -> Optional[LossSpec]:
+def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     """The registry loss ``policy_loss_type`` names, or None for OpenRLHF's own ``ppo``/``gspo``.
 
     Raises OpenRLHFConfigError listing the valid names for anything else.
@@ -109,7 +110,7 @@ def registry_spec(policy_loss_type: Any) -> Optional[LossSpec]:
     return spec
 
 
-def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> Optional[str]:
+def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> str | None:
     """The ``reduction`` hyper-parameter (losses that have one), after the refusals."""
     agg = TOKEN_MEAN if token_level_loss else SEQ_MEAN_TOKEN_MEAN
     if "reduction" in spec.defaults:
@@ -152,7 +153,7 @@ def plan_loss(
     dual_clip: Any,
     token_level_loss: Any,
     is_correction_level: Any,
-) -> Optional[LossPlan]:
+) -> LossPlan | None:
     """The registry loss and hyper-parameters for PolicyLoss's constructor arguments (module
     docstring), or None for OpenRLHF's own ppo/gspo. Raises OpenRLHFConfigError naming the flag."""
     spec = registry_spec(policy_loss_type)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -81,7 +81,7 @@ def registry_forward(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
-    action_mask: Optional[torch.Tensor],
+    action_mask: torch.Tensor | None,
     dp_size: Any,
     batch_num_tokens: Any,
     global_batch_size: Any,

@@ -8,7 +8,6 @@ OpenRLHF has no ``__version__``; the version comes from the installed distributi
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Optional
 
 SUPPORTED = ">=0.11.2,<0.12"
 
@@ -17,7 +16,7 @@ class UnsupportedOpenRLHFVersionError(RuntimeError):
     """The installed OpenRLHF is outside ``SUPPORTED`` (or absent, or has another PolicyLoss)."""
 
 
-def installed_version() -> Optional[str]:
+def installed_version() -> str | None:
     """The installed ``openrlhf`` distribution's version, None when it is not installed."""
     try:
         return importlib.metadata.version("openrlhf")
@@ -25,7 +24,7 @@ def installed_version() -> Optional[str]:
         return None
 
 
-def check_version(version: Optional[str] = None) -> str:
+def check_version(version: str | None = None) -> str:
     """Return ``version`` (default: the installed one) if it is in ``SUPPORTED``, else raise
     UnsupportedOpenRLHFVersionError naming the supported range."""
     version = installed_version() if version is None else version

@@ -20,7 +20,8 @@ exactly TRL's GMPOTrainer definition. TRL's per-sequence ``clip_ratio/low_min`` 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 import torch
 

@@ -27,8 +27,6 @@ its constant ``-A_i * exp(0)`` (zero gradient) to the logged loss.
 
 from __future__ import annotations
 
-from typing import Union
-
 import torch
 
 from gmpo_plugins.core.types import BatchInfo
@@ -39,7 +37,7 @@ def trl_batch_info(
     local_sequences: int,
     accumulation_steps: int,
     num_processes: int,
-    num_items_in_batch: Union[int, torch.Tensor],
+    num_items_in_batch: int | torch.Tensor,
     steps_per_generation: int,
     training: bool,
 ) -> BatchInfo:

@@ -22,7 +22,8 @@ names: ``metrics``. No loss math here.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -70,10 +71,10 @@ class RegistryGRPOTrainer(GRPOTrainer):
         self,
         model: Any,
         reward_funcs: Any = None,
-        args: Optional[GRPOConfig] = None,
+        args: GRPOConfig | None = None,
         *positional: Any,
         loss: str = "gmpo",
-        loss_hparams: Optional[Mapping[str, Any]] = None,
+        loss_hparams: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if args is None:
@@ -83,7 +84,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
-    def _rollout_is_weights(self, inputs: Mapping[str, Any]) -> Optional[torch.Tensor]:
+    def _rollout_is_weights(self, inputs: Mapping[str, Any]) -> torch.Tensor | None:
         """TRL's vLLM importance-sampling ratio in the core's layout, or None."""
         if not (self.use_vllm and self.vllm_importance_sampling_correction):
             return None

@@ -19,7 +19,7 @@ micro-batch minima / maxima (verl offers no per-key aggregation for loss metrics
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 

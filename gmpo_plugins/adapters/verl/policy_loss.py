@@ -20,7 +20,8 @@ translation depends on it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -45,8 +46,8 @@ def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
         advantages: torch.Tensor,
         response_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
-        config: Optional[Any] = None,
-        rollout_is_weights: Optional[torch.Tensor] = None,
+        config: Any | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         hparams = hparams_from_config(spec, config, loss_agg_mode, loss_mode)
         inputs = LossInputs(

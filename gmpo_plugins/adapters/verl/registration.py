@@ -16,8 +16,8 @@ the adapter through both the ``verl.plugins`` entry point and ``external_lib`` /
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Callable, MutableMapping, Optional
 
 from gmpo_plugins.adapters.verl.policy_loss import MARKER, make_policy_loss
 from gmpo_plugins.core.registry import list_losses
@@ -34,8 +34,8 @@ class VerlName:
 
     loss: str
     prefixed: str
-    bare: Optional[str]
-    taken_by: Optional[str]
+    bare: str | None
+    taken_by: str | None
 
 
 def _owner(fn: Callable) -> str:
@@ -49,7 +49,7 @@ def is_ours(fn: Callable) -> bool:
     return getattr(fn, MARKER, None) is not None
 
 
-def register_losses(registry: Optional[MutableMapping[str, Callable]] = None) -> list[VerlName]:
+def register_losses(registry: MutableMapping[str, Callable] | None = None) -> list[VerlName]:
     """Register all registry losses into ``registry`` (default: verl's POLICY_LOSS_REGISTRY)
     under the names of the module docstring; returns how each loss was named."""
     if registry is None:

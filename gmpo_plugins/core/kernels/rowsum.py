@@ -12,6 +12,9 @@ overflow guard) gets exactly zero gradient. Nothing of size (B, T) in float is s
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -24,7 +27,15 @@ class _ClippedRowSums(torch.autograd.Function):
     """(backend, log_probs, old_log_probs, mask, lo, hi) -> the 7 fields of RowStats."""
 
     @staticmethod
-    def forward(ctx, backend, log_probs, old_log_probs, mask, lo, hi):  # type: ignore[override]
+    def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
+        ctx: Any,
+        backend: ModuleType,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        mask: torch.Tensor,
+        lo: torch.Tensor,
+        hi: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
         out, active = backend.forward(log_probs, old_log_probs, mask, lo, hi)
         ctx.save_for_backward(active)
         ctx.backend = backend
@@ -35,7 +46,9 @@ class _ClippedRowSums(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_sum, *_):  # type: ignore[override]
+    def backward(
+        ctx: Any, grad_sum: torch.Tensor, *_: torch.Tensor
+    ) -> tuple[None, torch.Tensor, None, None, None, None]:
         (active,) = ctx.saved_tensors
         return None, ctx.backend.backward(active, grad_sum, ctx.grad_dtype), None, None, None, None
 
@@ -56,7 +69,7 @@ def clipped_row_sums(
     ``impl``: "auto", "torch" or "triton" (see ``dispatch``).
     """
     backend = select_backend(impl, log_probs)
-    outputs = _ClippedRowSums.apply(
+    outputs = _ClippedRowSums.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         backend, log_probs, old_log_probs.detach(), mask.detach(), lo.detach(), hi.detach()
     )
     return RowStats(*outputs)

@@ -115,8 +115,16 @@ def forward(
     for start in range(0, batch, step):
         rows = slice(start, min(batch, start + step))
         n = rows.stop - start
-        _forward_block(log_probs[rows], old_log_probs[rows], mask[rows], lo[rows], hi[rows], active[rows], out[:, rows],
-                       work[:, :n])
+        _forward_block(
+            log_probs[rows],
+            old_log_probs[rows],
+            mask[rows],
+            lo[rows],
+            hi[rows],
+            active[rows],
+            out[:, rows],
+            work[:, :n],
+        )
     empty = out[2] == 0
     out[5].masked_fill_(empty, math.inf)
     out[6].masked_fill_(empty, -math.inf)

@@ -25,8 +25,8 @@ FORWARD_BLOCK = 1024
 BACKWARD_BLOCK = 1024
 
 
-@triton.jit
-def _row_stats_forward(
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]  # untyped where triton is absent or untyped
+def _row_stats_forward(  # type: ignore[no-untyped-def]  # Triton reads annotations (tl.constexpr): args stay bare
     lp_ptr,
     old_ptr,
     mask_ptr,
@@ -81,8 +81,8 @@ def _row_stats_forward(
     tl.store(out_ptr + 6 * n_rows + row, tl.max(acc_max, axis=0))
 
 
-@triton.jit
-def _row_coef_backward(
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]  # untyped where triton is absent or untyped
+def _row_coef_backward(  # type: ignore[no-untyped-def]  # Triton reads annotations (tl.constexpr): args stay bare
     coef_ptr,
     active_ptr,
     grad_ptr,

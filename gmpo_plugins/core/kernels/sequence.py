@@ -49,7 +49,9 @@ def sequence_advantages(inputs: LossInputs, dtype: torch.dtype) -> torch.Tensor:
     return advantages.to(dtype)
 
 
-def _bounds(advantages: torch.Tensor, low: float | None, high: float | None, bound: float):
+def _bounds(
+    advantages: torch.Tensor, low: float | None, high: float | None, bound: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(lo, hi) (B,): the one-sided clip band by sign of A_i inside the guard [-R, R]."""
     lo = torch.full_like(advantages, -bound)
     hi = torch.full_like(advantages, bound)

@@ -26,7 +26,7 @@ class RowStats(NamedTuple):
 
     sum_clipped: torch.Tensor
     sum_raw: torch.Tensor
-    count: torch.Tensor
+    count: torch.Tensor  # type: ignore[assignment]  # a public field: hides tuple.count on purpose
     below: torch.Tensor
     above: torch.Tensor
     raw_min: torch.Tensor

@@ -22,6 +22,7 @@ the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager los
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -65,7 +66,16 @@ class _Block:
     same float. cap = -A * dual_clip where A < 0 (else +inf) when dual_clip is set.
     """
 
-    def __init__(self, log_probs, old, mask, advantages, weights, clip: _Clip, dtype) -> None:
+    def __init__(
+        self,
+        log_probs: torch.Tensor,
+        old: torch.Tensor,
+        mask: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor | None,
+        clip: _Clip,
+        dtype: torch.dtype,
+    ) -> None:
         valid_bool = mask if mask.dtype == torch.bool else mask != 0
         self.valid = valid_bool.view(torch.uint8).to(dtype)
         r = torch.sub(log_probs.to(dtype), old.to(dtype)).mul_(self.valid)
@@ -97,7 +107,15 @@ class _TokenRowSums(torch.autograd.Function):
     r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped (per row)."""
 
     @staticmethod
-    def forward(ctx, log_probs, old, mask, advantages, weights, clip):  # type: ignore[override]
+    def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
+        ctx: Any,
+        log_probs: torch.Tensor,
+        old: torch.Tensor,
+        mask: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor | None,
+        clip: _Clip,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         out = torch.zeros((8, batch), dtype=dtype, device=log_probs.device)
@@ -143,7 +161,9 @@ class _TokenRowSums(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_sum, _):  # type: ignore[override]
+    def backward(
+        ctx: Any, grad_sum: torch.Tensor, _: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None, None, None]:
         log_probs, old, mask, advantages, weights = ctx.saved_tensors
         clip = ctx.clip
         batch, length = log_probs.shape
@@ -220,7 +240,7 @@ def fused_clipped_ratio_loss(
     dtype = compute_dtype(inputs.log_probs.dtype)
     weights = None if inputs.rollout_is_weights is None else inputs.rollout_is_weights.detach()
     clip = _Clip(eps_low, eps_high, dual_clip, log_ratio_bound)
-    row_sums, stats = _TokenRowSums.apply(
+    row_sums, stats = _TokenRowSums.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         inputs.log_probs, inputs.old_log_probs.detach(), inputs.mask.detach(), inputs.advantages.detach(), weights, clip
     )
     policy_loss = _reduce(row_sums, stats, batch, reduction, norm_length)

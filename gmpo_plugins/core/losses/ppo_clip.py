@@ -24,8 +24,6 @@ the loss (and so the learning rate).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from gmpo_plugins.core.kernels import check_impl
@@ -43,7 +41,7 @@ def clipped_ratio_loss(
     *,
     eps_low: float,
     eps_high: float,
-    dual_clip: Optional[float],
+    dual_clip: float | None,
     reduction: Reduction,
     norm_length: int,
     kl_beta: float,
@@ -112,26 +110,110 @@ def clipped_ratio_loss(
     return out
 
 
-def grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def grpo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """GRPO (default reduction seq-mean-token-mean)."""
-    return clipped_ratio_loss(inputs, batch, loss_name="grpo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="grpo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
-def dapo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def dapo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """DAPO: token-mean, clip-higher (eps_high 0.28)."""
-    return clipped_ratio_loss(inputs, batch, loss_name="dapo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="dapo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
-def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams) -> LossOutput:
+def dr_grpo_loss(
+    inputs: LossInputs,
+    batch: BatchInfo,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    reduction: Reduction,
+    norm_length: int,
+    kl_beta: float,
+    kl_estimator: str,
+    log_ratio_bound: float,
+    kl_clamp: float | None = None,
+    impl: Impl = "auto",
+) -> LossOutput:
     """Dr.GRPO: per-sequence token sum over a constant length."""
-    return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
+    return clipped_ratio_loss(
+        inputs,
+        batch,
+        loss_name="dr_grpo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        log_ratio_bound=log_ratio_bound,
+        kl_clamp=kl_clamp,
+        impl=impl,
+    )
 
 
 DR_GRPO_NORM_LENGTH = 1024
 """Default constant length of ``seq-mean-token-sum-norm`` (module docstring)."""
 
 
-def _defaults(reduction: Reduction, eps_high: float) -> dict:
+def _defaults(reduction: Reduction, eps_high: float) -> dict[str, object]:
     return {
         "eps_low": 0.2,
         "eps_high": eps_high,

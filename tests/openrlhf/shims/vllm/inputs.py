@@ -1,4 +1,5 @@
 """TEST-ONLY shim: `from vllm.inputs import TokensPrompt` (openrlhf/trainer/ray/vllm_engine.py)."""
+
 from typing import TypedDict
 
 

@@ -1,4 +1,5 @@
 """TEST-ONLY shim: `from vllm.utils import random_uuid` (openrlhf/trainer/ray/vllm_engine.py)."""
+
 import uuid
 
 
