@@ -45,6 +45,8 @@ runs them:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
@@ -139,129 +141,25 @@ def geometric_mean_loss(
     )
 
 
-def gmpo_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: float | None = None,
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def gmpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """GMPO: token-level log-space clip, geometric mean with 1/|o_i| (module docstring)."""
-    return geometric_mean_loss(
-        inputs,
-        batch,
-        clip="token",
-        normalise=True,
-        loss_name="gmpo",
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        rollout_is_aggregation=rollout_is_aggregation,
-        kl_clamp=kl_clamp,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        impl=impl,
-    )
+    return geometric_mean_loss(inputs, batch, clip="token", normalise=True, loss_name="gmpo", **hparams)
 
 
-def gmpo_noclip_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: float | None = None,
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def gmpo_noclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """GMPO without clipping: w_i = exp(mean_t r_t)."""
-    return geometric_mean_loss(
-        inputs,
-        batch,
-        clip="none",
-        normalise=True,
-        loss_name="gmpo_noclip",
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        rollout_is_aggregation=rollout_is_aggregation,
-        kl_clamp=kl_clamp,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        impl=impl,
-    )
+    return geometric_mean_loss(inputs, batch, clip="none", normalise=True, loss_name="gmpo_noclip", **hparams)
 
 
-def gmpo_seqclip_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: float | None = None,
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def gmpo_seqclip_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """GMPO ablation as the authors run it: s_i = clip(sum_t r_t) / |o_i|, the one-sided clip
     on the sum of the log ratios instead of each token (module docstring)."""
-    return geometric_mean_loss(
-        inputs,
-        batch,
-        clip="sequence",
-        normalise=True,
-        loss_name="gmpo_seqclip",
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        rollout_is_aggregation=rollout_is_aggregation,
-        kl_clamp=kl_clamp,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        impl=impl,
-    )
+    return geometric_mean_loss(inputs, batch, clip="sequence", normalise=True, loss_name="gmpo_seqclip", **hparams)
 
 
-def gmpo_nonorm_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    rollout_is_aggregation: str = "geometric_mean",
-    kl_clamp: float | None = None,
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def gmpo_nonorm_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """GMPO without 1/|o_i|: w_i = exp(clamp(sum_t l_t, -P, P)), P the dtype's product guard."""
-    return geometric_mean_loss(
-        inputs,
-        batch,
-        clip="token",
-        normalise=False,
-        loss_name="gmpo_nonorm",
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        rollout_is_aggregation=rollout_is_aggregation,
-        kl_clamp=kl_clamp,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        impl=impl,
-    )
+    return geometric_mean_loss(inputs, batch, clip="token", normalise=False, loss_name="gmpo_nonorm", **hparams)
 
 
 GMPO = LossSpec(

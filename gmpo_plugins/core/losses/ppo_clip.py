@@ -24,6 +24,8 @@ the loss (and so the learning rate).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gmpo_plugins.core.kernels import check_impl
@@ -110,103 +112,19 @@ def clipped_ratio_loss(
     return out
 
 
-def grpo_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None,
-    reduction: Reduction,
-    norm_length: int,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    kl_clamp: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """GRPO (default reduction seq-mean-token-mean)."""
-    return clipped_ratio_loss(
-        inputs,
-        batch,
-        loss_name="grpo",
-        eps_low=eps_low,
-        eps_high=eps_high,
-        dual_clip=dual_clip,
-        reduction=reduction,
-        norm_length=norm_length,
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        kl_clamp=kl_clamp,
-        impl=impl,
-    )
+    return clipped_ratio_loss(inputs, batch, loss_name="grpo", **hparams)
 
 
-def dapo_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None,
-    reduction: Reduction,
-    norm_length: int,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    kl_clamp: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def dapo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """DAPO: token-mean, clip-higher (eps_high 0.28)."""
-    return clipped_ratio_loss(
-        inputs,
-        batch,
-        loss_name="dapo",
-        eps_low=eps_low,
-        eps_high=eps_high,
-        dual_clip=dual_clip,
-        reduction=reduction,
-        norm_length=norm_length,
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        kl_clamp=kl_clamp,
-        impl=impl,
-    )
+    return clipped_ratio_loss(inputs, batch, loss_name="dapo", **hparams)
 
 
-def dr_grpo_loss(
-    inputs: LossInputs,
-    batch: BatchInfo,
-    *,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None,
-    reduction: Reduction,
-    norm_length: int,
-    kl_beta: float,
-    kl_estimator: str,
-    log_ratio_bound: float,
-    kl_clamp: float | None = None,
-    impl: Impl = "auto",
-) -> LossOutput:
+def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
     """Dr.GRPO: per-sequence token sum over a constant length."""
-    return clipped_ratio_loss(
-        inputs,
-        batch,
-        loss_name="dr_grpo",
-        eps_low=eps_low,
-        eps_high=eps_high,
-        dual_clip=dual_clip,
-        reduction=reduction,
-        norm_length=norm_length,
-        kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        log_ratio_bound=log_ratio_bound,
-        kl_clamp=kl_clamp,
-        impl=impl,
-    )
+    return clipped_ratio_loss(inputs, batch, loss_name="dr_grpo", **hparams)
 
 
 DR_GRPO_NORM_LENGTH = 1024
