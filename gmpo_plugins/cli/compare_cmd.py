@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the comman
     from gmpo_plugins.compare.trainer import RLConfig
 
 DEFAULT_OUT = "gmpo-report"
-DEFAULT_SEEDS = 3
+DEFAULT_SEEDS = 8
 MAX_SEED = 2**31 - 1
 MAX_SEED_COUNT = 1000
 INTERRUPTED_STATUS = 130
