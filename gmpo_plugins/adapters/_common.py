@@ -21,6 +21,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
+
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
 
@@ -88,3 +90,28 @@ def check_translated_hparams(
                 f"gmpo_plugins: {setting_of(hparam)}={value!r} is not valid for {context}: "
                 f"{hparam_meaning(spec, hparam)} ({exc})"
             ) from exc
+
+
+def scalar_metrics(metrics: Mapping[str, torch.Tensor | float | int], skip: frozenset[str]) -> dict[str, float]:
+    """A ``LossOutput.metrics`` dict as Python floats, read in one device transfer.
+
+    Args:
+        metrics: metric name -> 0-dim tensor or number.
+        skip: names the framework logs itself (left out).
+
+    Returns:
+        name -> float, in the order of ``metrics``.
+
+    Raises:
+        ValueError: a metric that is not a scalar, naming it (the frameworks' own metric
+            containers would reject it later, without the name).
+    """
+    keys = [key for key in metrics if key not in skip]
+    device = next((v.device for v in metrics.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    scalars = []
+    for key in keys:
+        value = metrics[key]
+        if isinstance(value, torch.Tensor) and value.numel() != 1:
+            raise ValueError(f"gmpo_plugins: metric {key!r} must be a scalar, got shape {tuple(value.shape)}")
+        scalars.append(torch.as_tensor(value).detach().reshape(()).to(device=device, dtype=torch.float64))
+    return dict(zip(keys, torch.stack(scalars).tolist() if scalars else [], strict=True))

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 import torch
 
+from gmpo_plugins.adapters._common import scalar_metrics
+
 PREFIX = "gmpo/"
 SKYRL_NAMES = {"clip_frac": "clip_ratio"}
 LOGGED_BY_SKYRL = frozenset({"policy_loss"})
@@ -27,15 +29,7 @@ Scalar = torch.Tensor | float | int
 def skyrl_metrics(metrics: Mapping[str, Scalar]) -> dict[str, float]:
     """SkyRL's metric dict from a ``LossOutput.metrics`` (scalar tensors or numbers), read in
     one device transfer. A metric that is not a scalar raises ValueError naming it."""
-    keys = [key for key in metrics if key not in LOGGED_BY_SKYRL]
-    device = next((v.device for v in metrics.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
-    scalars = []
-    for key in keys:
-        value = metrics[key]
-        if isinstance(value, torch.Tensor) and value.numel() != 1:
-            raise ValueError(f"gmpo_plugins: metric {key!r} must be a scalar, got shape {tuple(value.shape)}")
-        scalars.append(torch.as_tensor(value).detach().reshape(()).to(device=device, dtype=torch.float64))
-    values = dict(zip(keys, torch.stack(scalars).tolist() if scalars else [], strict=True))
+    values = scalar_metrics(metrics, LOGGED_BY_SKYRL)
     out = {SKYRL_NAMES[key]: values[key] for key in SKYRL_NAMES if key in values}
     out.update({PREFIX + key: value for key, value in values.items()})
     return out

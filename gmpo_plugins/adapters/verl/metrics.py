@@ -23,6 +23,8 @@ from collections.abc import Mapping
 
 import torch
 
+from gmpo_plugins.adapters._common import scalar_metrics
+
 PREFIX = "actor/gmpo/"
 VERL_NAMES = {"clip_frac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl"}
 DUAL = "actor/pg_clipfrac_lower"
@@ -37,15 +39,7 @@ def verl_metrics(metrics: Mapping[str, Scalar]) -> dict[str, float]:
     Tensors are read in one device transfer. A metric that is not a scalar raises
     ValueError naming it (verl's Metric would reject it later, without the name).
     """
-    keys = [key for key in metrics if key not in LOGGED_BY_VERL]
-    device = next((v.device for v in metrics.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
-    scalars = []
-    for key in keys:
-        value = metrics[key]
-        if isinstance(value, torch.Tensor) and value.numel() != 1:
-            raise ValueError(f"gmpo_plugins: metric {key!r} must be a scalar, got shape {tuple(value.shape)}")
-        scalars.append(torch.as_tensor(value).detach().reshape(()).to(device=device, dtype=torch.float64))
-    values = dict(zip(keys, torch.stack(scalars).tolist() if scalars else [], strict=True))
+    values = scalar_metrics(metrics, LOGGED_BY_VERL)
 
     out = {VERL_NAMES[key]: values[key] for key in VERL_NAMES if key in values}
     out[DUAL] = values.get("clip_frac_dual", 0.0)
