@@ -136,7 +136,8 @@ def run(name: str, inputs: LossInputs, batch: BatchInfo, params: dict, impl: str
 def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
     """Fused ``impl`` vs eager: |fused - eager| <= rtol * (|eager| + magnitude), where the
     magnitude of a sum is that of its terms (cancellation makes plain relative error of
-    a near-zero sum meaningless): the mean |r| for ppo_kl, the loss with |A| for the loss.
+    a near-zero sum meaningless): the mean |r| for ppo_kl, the loss with |A| for the loss,
+    and for a gradient with a KL term |policy-term gradient| + |KL-term gradient| per token.
 
     A fused path may sum a row in another order than the eager loss (the Triton kernel
     always; the torch blocks when the inputs are not row-contiguous), so s_i = mean_t l_t
@@ -182,7 +183,12 @@ def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
         close(key, fused.metrics[key], value, magnitude, scale)
     assert grad_fused.dtype == grad_eager.dtype == dtype
     assert torch.equal(grad_fused.cpu() == 0, grad_eager == 0), f"{name}/{impl}: different zero-gradient tokens"
-    close("grad", grad_fused, grad_eager, 0.0, kappa)
+    grad_magnitude: torch.Tensor | float = 0.0
+    if params.get("kl_beta") and inputs.ref_log_probs is not None:
+        # a token's gradient is the policy term plus beta * the KL term, which can cancel
+        grad_policy = run(name, inputs, batch, {**params, "kl_beta": 0.0}, "eager")[1].double()
+        grad_magnitude = grad_policy.abs() + (grad_eager.double() - grad_policy).abs()
+    close("grad", grad_fused, grad_eager, grad_magnitude, kappa)
 
 
 # ---------------------------------------------------------------------------- torch backend
