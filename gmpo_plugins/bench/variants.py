@@ -19,8 +19,6 @@ from types import SimpleNamespace
 
 import torch
 
-from gmpo_plugins.core.kernels import FUSED_LOSSES
-from gmpo_plugins.core.registry import DISTRIBUTION
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
@@ -65,8 +63,8 @@ def _backward(case: Case, loss: torch.Tensor) -> None:
 
 
 def has_eager(spec: LossSpec) -> bool:
-    """True for the built-in losses with a fused path (their function takes ``impl``)."""
-    return spec.name in FUSED_LOSSES and spec.provider == DISTRIBUTION
+    """True for a loss with a fused path and its eager oracle (``"eager"`` in ``LossSpec.impls``)."""
+    return "eager" in spec.impls
 
 
 def fused(spec: LossSpec, case: Case) -> Callable[[], None]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gmpo_plugins.core.reduce import masked_mean
+from gmpo_plugins.core.reduce import as_bool_mask, masked_mean
 from gmpo_plugins.core.types import LossInputs
 
 LOG_RATIO_GUARD = 20.0
@@ -49,7 +49,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def prepare(inputs: LossInputs, *, sequence_level: bool) -> PreparedBatch:
     """Promote, mask and derive the shared quantities of one micro-batch."""
     dtype = compute_dtype(inputs.log_probs.dtype)
-    mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+    mask = as_bool_mask(inputs.mask)
     log_probs = inputs.log_probs.to(dtype)
     raw = log_probs - inputs.old_log_probs.detach().to(dtype)
     log_ratio = torch.where(mask, raw, torch.zeros((), dtype=dtype, device=raw.device))
@@ -87,24 +87,6 @@ IS_AGGREGATIONS = ("arithmetic_mean", "geometric_mean", "per_token")
 
 (B,) weights (one per sequence) multiply L_i in every mode.
 """
-
-
-def sequence_is_weights(batch: PreparedBatch, aggregation: str = "arithmetic_mean") -> torch.Tensor | None:
-    """Rollout importance weights per sequence (B,): the weight itself when given per
-    sequence, else the masked token mean of ``aggregation`` (``IS_AGGREGATIONS``;
-    ``per_token`` uses the arithmetic mean for the value)."""
-    weights = batch.rollout_is_weights
-    if weights is None or weights.dim() == 1:
-        return weights
-    return row_is_weights(weights, batch.mask, aggregation)
-
-
-def row_is_weights(weights: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
-    """(B, T) weights, (B, T) bool mask -> (B,) arithmetic or geometric masked row means
-    (a zero weight makes the geometric mean 0; an empty row gives 1)."""
-    if aggregation == "geometric_mean":
-        return torch.exp(masked_mean(torch.log(weights), mask, dim=-1))
-    return masked_mean(weights, mask, dim=-1)
 
 
 def per_token_is_gradient(

@@ -18,6 +18,11 @@ SEQ_MEAN_TOKEN_SUM_NORM: Final = "seq-mean-token-sum-norm"
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 
+def as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` as a bool tensor: itself when it is one, ``mask != 0`` for a 0/1 float or int mask."""
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """``sum(values where mask)``; masked-out entries (even NaN/inf padding) contribute 0."""
     kept = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
@@ -58,6 +63,52 @@ def require_global_count(batch: BatchInfo, field: str) -> None:
         )
 
 
+SEQUENCE: Final = "sequence"
+"""The reduction of a sequence-level loss (``row_weights``): one value per sequence, averaged
+over sequences."""
+
+
+def row_weights(
+    count: torch.Tensor,
+    rows: torch.Tensor,
+    batch: BatchInfo,
+    reduction: Reduction | str,
+    norm_length: int | None = None,
+) -> torch.Tensor:
+    """u (B,): a batch reduction as weights of the rows, ``loss = sum_i u_i * v_i``.
+
+    count (B,) valid tokens per row, rows (B,) 1.0 where count > 0 else 0.0, both float.
+    With N, M the global sequence and token counts of ``batch`` and D its ``dp_size``:
+
+        sequence                 v_i = L_i (a per-sequence loss)   u_i = rows_i / N * D
+        token-mean               v_i = S_i (a row's token sum)     u_i = 1 / M * D
+        seq-mean-token-mean      v_i = S_i                         u_i = rows_i / |o_i| / N * D
+        seq-mean-token-sum-norm  v_i = S_i                         u_i = rows_i / L / N * D
+
+    (L = ``norm_length``, a constant). A missing global count is the local one with
+    ``dp_size == 1`` and a ValueError otherwise (``require_global_count``).
+    """
+    if reduction == TOKEN_MEAN:
+        if batch.global_num_tokens is None:
+            require_global_count(batch, "global_num_tokens")
+            return torch.ones_like(count) / count.sum().clamp_min(1)
+        return torch.full_like(count, batch.dp_size) / batch.global_num_tokens
+    if reduction == SEQUENCE:
+        per_row = rows
+    elif reduction == SEQ_MEAN_TOKEN_MEAN:
+        per_row = rows / count.clamp_min(1)
+    elif reduction == SEQ_MEAN_TOKEN_SUM_NORM:
+        if norm_length is None:
+            raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
+        per_row = rows / norm_length
+    else:
+        raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
+    if batch.global_batch_size is None:
+        require_global_count(batch, "global_batch_size")
+        return per_row / rows.sum().clamp_min(1)
+    return per_row * (batch.dp_size / batch.global_batch_size)
+
+
 def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInfo) -> torch.Tensor:
     """Micro-batch loss from per-sequence losses.
 
@@ -68,11 +119,8 @@ def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInf
     with ``N = batch.global_batch_size``, or, with ``dp_size == 1`` and no global count,
     ``N = count(rows)`` (a local mean); ``dp_size > 1`` without it raises ValueError.
     """
-    total = masked_sum(seq_loss, rows)
-    if batch.global_batch_size is None:
-        require_global_count(batch, "global_batch_size")
-        return total / rows.sum().clamp_min(1).to(total.dtype)
-    return total * batch.dp_size / batch.global_batch_size
+    flags = rows.to(seq_loss.dtype)
+    return masked_sum(seq_loss * row_weights(flags, flags, batch, SEQUENCE), rows)
 
 
 def reduce_tokens(
@@ -91,17 +139,8 @@ def reduce_tokens(
     Missing global counts: local means with ``dp_size == 1``, ValueError otherwise
     (``require_global_count``).
     """
-    if reduction == TOKEN_MEAN:
-        total = masked_sum(token_loss, mask)
-        if batch.global_num_tokens is None:
-            require_global_count(batch, "global_num_tokens")
-            return total / mask.sum().clamp_min(1).to(total.dtype)
-        return total * batch.dp_size / batch.global_num_tokens
-    rows = mask.any(-1)
-    if reduction == SEQ_MEAN_TOKEN_MEAN:
-        return reduce_sequences(masked_mean(token_loss, mask, dim=-1), rows, batch)
-    if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
-        if norm_length is None:
-            raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
-        return reduce_sequences(masked_sum(token_loss, mask, dim=-1) / norm_length, rows, batch)
-    raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
+    sums = masked_sum(token_loss, mask, dim=-1)
+    count = mask.sum(-1).to(sums.dtype)
+    return torch.dot(sums, row_weights(count, (count > 0).to(sums.dtype), batch, reduction, norm_length))

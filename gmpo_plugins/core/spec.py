@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 from gmpo_plugins.core.hparams import check_hparams
-from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
+from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
 
 
@@ -90,6 +90,9 @@ class LossSpec:
     clip_space      ``"log"`` when eps bound the log ratio (GMPO family), ``"ratio"``
                     when they bound the ratio itself (PPO/GRPO/GSPO), None without clip
     reductions      values accepted by the ``reduction`` hyper-parameter, if any
+    impls           values its function accepts as the ``impl`` keyword (``types.Impl``):
+                    empty for a loss with one formulation; a loss with a fused path lists
+                    ``"eager"`` (its unfused formulation, the test oracle) among them
     provider        distribution that registered it (filled in by the registry)
     """
 
@@ -100,6 +103,7 @@ class LossSpec:
     sequence_level: bool = False
     clip_space: Literal["log", "ratio"] | None = None
     reductions: tuple[str, ...] = ()
+    impls: tuple[Impl, ...] = ()
     provider: str = ""
 
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:

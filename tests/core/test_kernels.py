@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
-from gmpo_plugins.core.kernels import RowStats, clipped_row_sums, rowsum_torch, select_backend, token
+from gmpo_plugins.core.kernels import RowSums, clipped_row_sums, rowsum_torch, select_backend, token
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
 from ..registry_names import builtin_losses
@@ -253,7 +253,7 @@ def test_hand_values_of_row_stats():
     mask = torch.tensor([[True, True, True, False], [False, False, False, False]])
     lo, hi = torch.tensor([-0.4, -20.0]), torch.tensor([1.0, 20.0])
     stats = clipped_row_sums(log_probs, old, mask, lo, hi, impl="torch")
-    assert isinstance(stats, RowStats)
+    assert isinstance(stats, RowSums)
     # row 0: r = 0.5, -1, 2 -> clamp to [-0.4, 1]: 0.5 - 0.4 + 1 = 1.1; 1 below, 1 above
     torch.testing.assert_close(stats.sum_clipped, torch.tensor([1.1, 0.0]))
     torch.testing.assert_close(stats.sum_raw, torch.tensor([1.5, 0.0]))

@@ -20,6 +20,10 @@ import torch
 from gmpo_plugins.core.types import Impl
 
 IMPLS: tuple[Impl, ...] = get_args(Impl)
+SEQUENCE_IMPLS: tuple[Impl, ...] = IMPLS
+"""The paths of the sequence-level built-in losses (``LossSpec.impls``)."""
+TOKEN_IMPLS: tuple[Impl, ...] = ("auto", "eager", "torch")
+"""The paths of the token-level built-in losses: no Triton kernel."""
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 

@@ -1,4 +1,4 @@
-"""``clipped_row_sums``: one pass over (B, T) producing ``RowStats``, differentiable in
+"""``clipped_row_sums``: one pass over (B, T) producing ``RowSums``, differentiable in
 ``sum_clipped`` with a backward pass that needs only (B,) coefficients and a 1-byte mask.
 
     sum_clipped_i = sum_t m_t * clamp(r_t, lo_i, hi_i),   r_t = log_probs_t - old_log_probs_t
@@ -19,12 +19,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.dispatch import select_backend
-from gmpo_plugins.core.kernels.stats import RowStats
+from gmpo_plugins.core.kernels.stats import RowSums
 from gmpo_plugins.core.types import Impl
 
 
 class _ClippedRowSums(torch.autograd.Function):
-    """(backend, log_probs, old_log_probs, mask, lo, hi) -> the 7 fields of RowStats."""
+    """(backend, log_probs, old_log_probs, mask, lo, hi) -> the 7 fields of RowSums."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
@@ -61,7 +61,7 @@ def clipped_row_sums(
     hi: torch.Tensor,
     *,
     impl: Impl = "auto",
-) -> RowStats:
+) -> RowSums:
     """Per-row statistics of r = log_probs - old_log_probs over ``mask``.
 
     log_probs, old_log_probs (B, T) float; mask (B, T) bool or 0/1; lo, hi (B,) with
@@ -72,4 +72,4 @@ def clipped_row_sums(
     outputs = _ClippedRowSums.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         backend, log_probs, old_log_probs.detach(), mask.detach(), lo.detach(), hi.detach()
     )
-    return RowStats(*outputs)
+    return RowSums(*outputs)

@@ -2,7 +2,7 @@
 
 forward  one program per row: loops over T in blocks, loads log_probs, old_log_probs and
          mask once (half inputs are cast to float32 right after the load), accumulates the
-         seven statistics of ``RowStats`` in float32 and writes the 1-byte ``active`` mask.
+         seven statistics of ``RowSums`` in float32 and writes the 1-byte ``active`` mask.
 backward one elementwise pass: grad_t = active_t ? g_i : 0, stored in the input dtype.
 
 Exactly two launches touch (B, T) data per forward+backward. Each launch is a custom

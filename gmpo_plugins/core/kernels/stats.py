@@ -8,10 +8,10 @@ import torch
 
 from gmpo_plugins.core.prepared import compute_dtype
 
-__all__ = ["RowStats", "compute_dtype"]
+__all__ = ["RowSums", "compute_dtype"]
 
 
-class RowStats(NamedTuple):
+class RowSums(NamedTuple):
     """Per-row results of ``clipped_row_sums``, all (B,) in the compute dtype.
 
     sum_clipped  sum_t m_t * clamp(r_t, lo_i, hi_i); the only differentiable field

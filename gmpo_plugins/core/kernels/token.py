@@ -28,18 +28,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.rowsum_torch import rows_per_block
-from gmpo_plugins.core.kernels.sequence import row_metrics
 from gmpo_plugins.core.kernels.stats import compute_dtype
-from gmpo_plugins.core.kl import reference_kl
-from gmpo_plugins.core.reduce import (
-    SEQ_MEAN_TOKEN_MEAN,
-    SEQ_MEAN_TOKEN_SUM_NORM,
-    TOKEN_MEAN,
-    masked_mean,
-    reduce_sequences,
-    reduce_tokens,
-    require_global_count,
-)
+from gmpo_plugins.core.reduce import as_bool_mask
+from gmpo_plugins.core.tail import RowStats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
 TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
@@ -198,28 +189,6 @@ class _TokenRowSums(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def _reduce(
-    row_sums: torch.Tensor, stats: torch.Tensor, batch: BatchInfo, reduction: Reduction, length: int | None
-) -> torch.Tensor:
-    """``reduce.reduce_tokens`` from per-row sums S (B,) and counts."""
-    count, rows = stats[2], stats[2] > 0
-    if reduction == TOKEN_MEAN:
-        total = row_sums.sum()
-        if batch.global_num_tokens is None:
-            require_global_count(batch, "global_num_tokens")
-            return total / count.sum().clamp_min(1)
-        return total * batch.dp_size / batch.global_num_tokens
-    if reduction == SEQ_MEAN_TOKEN_MEAN:
-        return reduce_sequences(row_sums / count.clamp_min(1), rows, batch)
-    if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
-        if length is None:
-            raise ValueError("reduction 'seq-mean-token-sum-norm' needs norm_length (a constant length)")
-        return reduce_sequences(row_sums / length, rows, batch)
-    raise ValueError(
-        f"reduction must be one of {[TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM]}, got {reduction!r}"
-    )
-
-
 def fused_clipped_ratio_loss(
     inputs: LossInputs,
     batch: BatchInfo,
@@ -243,17 +212,27 @@ def fused_clipped_ratio_loss(
     row_sums, stats = _TokenRowSums.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         inputs.log_probs, inputs.old_log_probs.detach(), inputs.mask.detach(), inputs.advantages.detach(), weights, clip
     )
-    policy_loss = _reduce(row_sums, stats, batch, reduction, norm_length)
-    metrics = row_metrics(stats[2], stats[1], stats[5], stats[6], stats[3], stats[4])
+    row_stats = RowStats(
+        count=stats[2],
+        rows=(stats[2] > 0).to(dtype),
+        sum_raw=stats[1],
+        raw_min=stats[5],
+        raw_max=stats[6],
+        clipped_low=stats[3],
+        clipped_high=stats[4],
+    )
+    extra = {}
     if dual_clip is not None:
-        metrics["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
-    loss = policy_loss
-    ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
-    log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
-    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name)
-    if kl is not None:
-        mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
-        metrics["kl"] = masked_mean(kl, mask).detach()
-        loss = loss + kl_beta * reduce_tokens(kl, mask, batch, reduction, norm_length)
-    metrics["policy_loss"] = policy_loss.detach()
-    return LossOutput(loss=loss, metrics=metrics)
+        extra["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
+    mask = as_bool_mask(inputs.mask)
+    kl = kl_rows(inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name)
+    return finish(
+        row_sums,
+        row_stats,
+        batch,
+        reduction=reduction,
+        norm_length=norm_length,
+        kl=kl,
+        kl_beta=kl_beta,
+        extra=extra,
+    )

@@ -50,10 +50,12 @@ from typing import Any
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
-from gmpo_plugins.core.kernels import check_impl, fused_geometric_mean_loss
-from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
+from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_geometric_mean_loss
+from gmpo_plugins.core.kernels.rowmean import sequence_is_weights
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
+from gmpo_plugins.core.reduce import SEQUENCE
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
 from gmpo_plugins.core.types import BatchInfo, Clip, Impl, LossInputs, LossOutput
 
 _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None}
@@ -126,18 +128,18 @@ def geometric_mean_loss(
         guard = product_guard(inputs.log_probs.dtype)
         s = summed.clamp(-guard, guard)
 
-    pg = -p.advantages * torch.exp(s)
-    return finish_sequence_loss(
-        p,
-        pg,
+    kl = kl_rows(
+        inputs, mask, p.log_ratio.dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
+    )
+    return finish(
+        torch.exp(s),
+        eager_row_stats(p.log_ratio, mask, clipped_low, clipped_high),
         batch,
-        clipped_low=clipped_low,
-        clipped_high=clipped_high,
+        reduction=SEQUENCE,
+        rho=sequence_is_weights(inputs.rollout_is_weights, mask, rollout_is_aggregation, p.log_ratio.dtype),
+        coef=-p.advantages,
+        kl=kl,
         kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        kl_clamp=kl_clamp,
-        loss_name=loss_name,
-        is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -169,6 +171,7 @@ GMPO = LossSpec(
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
+    impls=SEQUENCE_IMPLS,
 )
 GMPO_NOCLIP = LossSpec(
     name="gmpo_noclip",
@@ -176,6 +179,7 @@ GMPO_NOCLIP = LossSpec(
     description="GMPO ablation: no clipping",
     defaults={**_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
+    impls=SEQUENCE_IMPLS,
 )
 GMPO_SEQCLIP = LossSpec(
     name="gmpo_seqclip",
@@ -184,6 +188,7 @@ GMPO_SEQCLIP = LossSpec(
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
+    impls=SEQUENCE_IMPLS,
 )
 GMPO_NONORM = LossSpec(
     name="gmpo_nonorm",
@@ -192,4 +197,5 @@ GMPO_NONORM = LossSpec(
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
     sequence_level=True,
     clip_space="log",
+    impls=SEQUENCE_IMPLS,
 )

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.kernels import check_impl, fused_gspo_loss
-from gmpo_plugins.core.losses.finish import empty_loss, finish_sequence_loss, is_empty
+from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_gspo_loss
+from gmpo_plugins.core.kernels.rowmean import sequence_is_weights
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare
+from gmpo_plugins.core.reduce import SEQUENCE
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
@@ -72,17 +74,16 @@ def gspo_loss(
     pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
     high = (advantages > 0) & (ratio > 1.0 + eps_high)
     low = (advantages < 0) & (ratio < 1.0 - eps_low)
-    return finish_sequence_loss(
-        p,
+    dtype = p.log_ratio.dtype
+    kl = kl_rows(inputs, p.mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name="gspo")
+    return finish(
         pg,
+        eager_row_stats(p.log_ratio, p.mask, low[:, None] & p.mask, high[:, None] & p.mask),
         batch,
-        clipped_low=low[:, None] & p.mask,
-        clipped_high=high[:, None] & p.mask,
+        reduction=SEQUENCE,
+        rho=sequence_is_weights(inputs.rollout_is_weights, p.mask, rollout_is_aggregation, dtype),
+        kl=kl,
         kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        kl_clamp=kl_clamp,
-        loss_name="gspo",
-        is_aggregation=rollout_is_aggregation,
     )
 
 
@@ -101,4 +102,5 @@ GSPO = LossSpec(
     },
     sequence_level=True,
     clip_space="ratio",
+    impls=SEQUENCE_IMPLS,
 )

@@ -28,12 +28,19 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.core.kernels import check_impl
+from gmpo_plugins.core.kernels import TOKEN_IMPLS, check_impl
 from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
-from gmpo_plugins.core.losses.finish import empty_loss, finish_token_loss, is_empty
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare
-from gmpo_plugins.core.reduce import REDUCTIONS, SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN, masked_mean
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare, token_is_weights
+from gmpo_plugins.core.reduce import (
+    REDUCTIONS,
+    SEQ_MEAN_TOKEN_MEAN,
+    SEQ_MEAN_TOKEN_SUM_NORM,
+    TOKEN_MEAN,
+    masked_mean,
+    masked_sum,
+)
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput, Reduction
 
 
@@ -60,7 +67,7 @@ def clipped_ratio_loss(
     is no Triton kernel for the token-level losses (``impl="triton"`` is an error).
     """
     check_impl(impl)
-    if impl == "triton":
+    if impl not in TOKEN_IMPLS:
         raise ValueError(f"{loss_name}: impl='triton' has no kernel for token-level losses; use 'auto' or 'torch'")
     if is_empty(inputs):  # B = 0 or T = 0
         return empty_loss(inputs, kl=True, dual_clip=dual_clip is not None)
@@ -88,28 +95,27 @@ def clipped_ratio_loss(
     negative = advantages < 0
     clipped_high = (advantages > 0) & (ratio > 1.0 + eps_high) & mask
     clipped_low = negative & (ratio < 1.0 - eps_low) & mask
-    dual_frac = None
+    extra = {}
     if dual_clip is not None:
         cap = -advantages * dual_clip
         capped = negative & (pg > cap)
         pg = torch.where(capped, cap, pg)
-        dual_frac = masked_mean((capped & mask).to(pg.dtype), mask).detach()
-    out = finish_token_loss(
-        p,
-        pg,
+        extra["clip_frac_dual"] = masked_mean((capped & mask).to(pg.dtype), mask).detach()
+    weights = token_is_weights(p)
+    if weights is not None:
+        pg = pg * weights
+    dtype = p.log_ratio.dtype
+    kl = kl_rows(inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name)
+    return finish(
+        masked_sum(pg, mask, dim=-1),
+        eager_row_stats(p.log_ratio, mask, clipped_low, clipped_high),
         batch,
         reduction=reduction,
         norm_length=norm_length,
-        clipped_low=clipped_low,
-        clipped_high=clipped_high,
+        kl=kl,
         kl_beta=kl_beta,
-        kl_estimator=kl_estimator,
-        kl_clamp=kl_clamp,
-        loss_name=loss_name,
+        extra=extra,
     )
-    if dual_frac is not None:
-        out.metrics["clip_frac_dual"] = dual_frac
-    return out
 
 
 def grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOutput:
@@ -152,6 +158,7 @@ GRPO = LossSpec(
     defaults=_defaults(SEQ_MEAN_TOKEN_MEAN, 0.2),
     clip_space="ratio",
     reductions=REDUCTIONS,
+    impls=TOKEN_IMPLS,
 )
 DAPO = LossSpec(
     name="dapo",
@@ -160,6 +167,7 @@ DAPO = LossSpec(
     defaults=_defaults(TOKEN_MEAN, 0.28),
     clip_space="ratio",
     reductions=(TOKEN_MEAN,),  # DAPO is defined by its token-mean
+    impls=TOKEN_IMPLS,
 )
 DR_GRPO = LossSpec(
     name="dr_grpo",
@@ -168,4 +176,5 @@ DR_GRPO = LossSpec(
     defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
     clip_space="ratio",
     reductions=(SEQ_MEAN_TOKEN_SUM_NORM,),  # Dr.GRPO is defined by its constant-length sum
+    impls=TOKEN_IMPLS,
 )

@@ -1,0 +1,173 @@
+"""The fused pass of the sequence-level losses as one custom operator per direction.
+
+Forward, ``gmpo_plugins::sequence_rows``: one pass over (B, T) (``clipped_row_sums``'s
+backend, blocked torch or Triton) and the per-row epilogue, for per-row log-space bounds
+built from the sign of A_i (``_bounds``):
+
+    value_i  = sum_clipped_i / max(1, |o_i|)   (``normalise``)  or  sum_clipped_i
+    table    (7, B): the rows of ``tail.RowStats`` (count, rows, sum_raw, raw_min, raw_max,
+             clipped_low, clipped_high); a token counts as clipped low / high where it is
+             outside a bound that is the eps one (eps < R) on the side of its advantage
+    metrics  (9,): ``tail.metric_vector(table)``
+    active   (B, T) bool: the tokens inside their bounds (saved for backward)
+
+Backward, ``gmpo_plugins::sequence_rows_backward``: with g_i = dLoss/dvalue_i,
+
+    grad_log_probs_t = active_t * g_i / max(1, |o_i|)   (``normalise``)  or  active_t * g_i
+
+Both are ``torch.library.custom_op``s, so a forward+backward dispatches a fixed handful of
+operators whatever the shape (on CPU the operator runs the blocked loop inside), and
+``torch.compile`` keeps each as one node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from gmpo_plugins.core.kernels.dispatch import select_backend
+from gmpo_plugins.core.kernels.stats import compute_dtype
+from gmpo_plugins.core.tail import ROW_STATS, RATIO_METRIC_KEYS, RowStats, metric_vector
+
+
+def _bounds(advantages: torch.Tensor, low: float, high: float, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) (B,): -low where A_i < 0 else -R, high where A_i > 0 else R."""
+    lo = torch.full_like(advantages, -bound).masked_fill_(advantages < 0, -low)
+    hi = torch.full_like(advantages, bound).masked_fill_(advantages > 0, high)
+    return lo, hi
+
+
+@torch.library.custom_op("gmpo_plugins::sequence_rows", mutates_args=())
+def sequence_rows(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    low: float,
+    high: float,
+    bound: float,
+    count_low: bool,
+    count_high: bool,
+    normalise: bool,
+    impl: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(value (B,), table (7, B), metrics (9,), active (B, T) bool), module docstring.
+
+    advantages (B,) in the compute dtype; ``low``/``high`` the log-space bounds of the
+    advantage's side (R where there is no clip); ``count_low``/``count_high`` whether tokens
+    beyond them count as clipped (the bound is an eps one) or only as guarded.
+    """
+    backend = select_backend(impl, log_probs)  # type: ignore[arg-type]  # checked by the caller
+    lo, hi = _bounds(advantages, low, high, bound)
+    sums, active = backend.forward(log_probs, old_log_probs, mask, lo, hi)
+    sum_clipped, sum_raw, count, below, above, raw_min, raw_max = sums.unbind(0)
+    zero = torch.zeros((), dtype=sums.dtype, device=sums.device)
+    stats = RowStats(
+        count=count,
+        rows=(count > 0).to(sums.dtype),
+        sum_raw=sum_raw,
+        raw_min=raw_min,
+        raw_max=raw_max,
+        clipped_low=torch.where(advantages < 0, below, zero) if count_low else torch.zeros_like(count),
+        clipped_high=torch.where(advantages > 0, above, zero) if count_high else torch.zeros_like(count),
+    )
+    value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
+    return value, torch.stack(stats), metric_vector(stats), active
+
+
+@sequence_rows.register_fake
+def _(log_probs, old_log_probs, mask, advantages, low, high, bound, count_low, count_high, normalise, impl):
+    batch, length = log_probs.shape
+    dtype = compute_dtype(log_probs.dtype)
+    return (
+        log_probs.new_empty((batch,), dtype=dtype),
+        log_probs.new_empty((ROW_STATS, batch), dtype=dtype),
+        log_probs.new_empty((len(RATIO_METRIC_KEYS),), dtype=dtype),
+        log_probs.new_empty((batch, length), dtype=torch.bool),
+    )
+
+
+@torch.library.custom_op("gmpo_plugins::sequence_rows_backward", mutates_args=())
+def sequence_rows_backward(
+    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
+) -> torch.Tensor:
+    """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``)."""
+    backend = select_backend(impl, active.new_empty((), dtype=dtype))  # type: ignore[arg-type]  # checked
+    coef = grad_value / count.clamp_min(1) if normalise else grad_value
+    return backend.backward(active, coef, dtype)
+
+
+@sequence_rows_backward.register_fake
+def _(active, grad_value, count, normalise, dtype, impl):
+    return torch.empty(active.shape, dtype=dtype, device=active.device)
+
+
+class SequenceRows(torch.autograd.Function):
+    """``sequence_rows`` differentiable in ``value`` (the other outputs are statistics)."""
+
+    @staticmethod
+    def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
+        ctx: Any,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        mask: torch.Tensor,
+        advantages: torch.Tensor,
+        low: float,
+        high: float,
+        bound: float,
+        count_low: bool,
+        count_high: bool,
+        normalise: bool,
+        impl: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        value, table, metrics, active = torch.ops.gmpo_plugins.sequence_rows(
+            log_probs, old_log_probs, mask, advantages, low, high, bound, count_low, count_high, normalise, impl
+        )
+        ctx.save_for_backward(active, table)
+        ctx.normalise, ctx.dtype, ctx.impl = normalise, log_probs.dtype, impl
+        ctx.mark_non_differentiable(table, metrics)
+        ctx.set_materialize_grads(False)  # no zero gradients are made for the statistics
+        return value, table, metrics
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_value: torch.Tensor, *_: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        active, table = ctx.saved_tensors
+        grad = torch.ops.gmpo_plugins.sequence_rows_backward(
+            active, grad_value, table[0], ctx.normalise, ctx.dtype, ctx.impl
+        )
+        return (grad, *(None,) * 10)
+
+
+def fused_sequence_rows(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    low: float,
+    high: float,
+    bound: float,
+    count_low: bool,
+    count_high: bool,
+    normalise: bool,
+    impl: str,
+) -> tuple[torch.Tensor, RowStats, torch.Tensor]:
+    """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring."""
+    select_backend(impl, log_probs)  # type: ignore[arg-type]  # refuses an impl this input cannot run before any work
+    value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+        log_probs,
+        old_log_probs.detach(),
+        mask.detach(),
+        advantages,
+        low,
+        high,
+        bound,
+        count_low,
+        count_high,
+        normalise,
+        impl,
+    )
+    return value, RowStats(*table.unbind(0)), metrics
