@@ -111,19 +111,27 @@ def metric_vector(stats: RowStats) -> torch.Tensor:
     With n = sum_i |o_i| (at least 1): clip fractions sum_i clipped_i / n, ppo_kl
     -sum_i sum_raw_i / n, the range of r over valid tokens, and min / mean / max of the
     per-sequence geometric-mean ratio exp(clamp(sum_raw_i / |o_i|, -20, 20)) over non-empty
-    rows; an extremum over nothing is 0.
+    rows; an extremum over nothing is 0. B >= 1 (an empty batch is ``empty_loss``'s).
     """
     with torch.no_grad():
+        sums = torch.stack((stats.count, stats.rows, stats.sum_raw, stats.clipped_low, stats.clipped_high)).sum(-1)
+        kl, low, high = sums[2:] / sums[0].clamp_min(1)
+        seq_weight = (stats.sum_raw / stats.count.clamp_min(1)).clamp_(-LOG_RATIO_GUARD, LOG_RATIO_GUARD).exp_()
         rows = stats.rows > 0
-        sums = torch.stack((stats.clipped_low, stats.clipped_high, -stats.sum_raw, stats.count, stats.rows)).sum(-1)
-        low, high, neg_raw = sums[:3] / sums[3].clamp_min(1)
-        seq_weight = torch.exp((stats.sum_raw / stats.count.clamp_min(1)).clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD))
-        inf = torch.full((), torch.inf, dtype=seq_weight.dtype, device=seq_weight.device)
-        lows = torch.stack((stats.raw_min, torch.where(rows, seq_weight, inf))).amin(-1)
-        highs = torch.stack((stats.raw_max, torch.where(rows, seq_weight, -inf))).amax(-1)
-        seq_mean = masked_sum(seq_weight, rows) / sums[4].clamp_min(1)
-        vector = torch.stack((low, high, low + high, neg_raw, lows[0], highs[0], lows[1], seq_mean, highs[1]))
-        return vector.nan_to_num_(posinf=0.0, neginf=0.0)  # the extrema of an all-empty batch
+        vector = torch.stack(
+            (
+                low,
+                high,
+                low + high,
+                -kl,
+                stats.raw_min.amin(),
+                stats.raw_max.amax(),
+                torch.where(rows, seq_weight, torch.inf).amin(),
+                torch.dot(seq_weight, stats.rows) / sums[1].clamp_min(1),
+                torch.where(rows, seq_weight, -torch.inf).amax(),
+            )
+        )
+        return vector.nan_to_num_(posinf=0.0, neginf=0.0)  # the extrema of a batch without a valid token
 
 
 def kl_rows(

@@ -39,13 +39,16 @@ BLOCK_ELEMENTS_ACCELERATOR = 1 << 22  # elsewhere: fewer, larger launches
 
 
 def rows_per_block(batch: int, length: int, device: torch.device, blocks: int = BLOCKS) -> int:
-    """Rows processed together. On CPU a block holds about tokens / BLOCKS elements,
-    clamped to [MIN_BLOCK_ELEMENTS, BLOCK_ELEMENTS]: each torch op costs a few
+    """Rows processed together. On CPU an input of at most BLOCK_ELEMENTS elements is one
+    block (its temporaries fit in cache, and a small call pays each op's fixed cost once);
+    a larger one is cut into blocks of about tokens / BLOCKS elements, clamped to
+    [MIN_BLOCK_ELEMENTS, BLOCK_ELEMENTS]: each torch op costs a few
     microseconds of overhead, so blocks must not be tiny, and the workspace (about five
     float temporaries of one block) must stay well below the gradient so that the
     peak of a forward+backward is the backward's (gradient + 1-byte mask)."""
     if device.type == "cpu":
-        elements = min(BLOCK_ELEMENTS, max(MIN_BLOCK_ELEMENTS, batch * length // blocks))
+        total = batch * length
+        elements = total if total <= BLOCK_ELEMENTS else min(BLOCK_ELEMENTS, max(MIN_BLOCK_ELEMENTS, total // blocks))
     else:
         elements = BLOCK_ELEMENTS_ACCELERATOR
     return max(1, elements // max(1, length))

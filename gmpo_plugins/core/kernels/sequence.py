@@ -75,10 +75,10 @@ def _finish(
     dtype = values.dtype
     mask = as_bool_mask(inputs.mask)
     rho = sequence_is_weights(inputs.rollout_is_weights, mask, is_aggregation, dtype)
-    kl = kl_rows(inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name)
-    return finish(
-        values, stats, batch, reduction=SEQUENCE, rho=rho, coef=coef, kl=kl, kl_beta=kl_beta, metrics=metrics
+    kl = kl_rows(
+        inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
     )
+    return finish(values, stats, batch, reduction=SEQUENCE, rho=rho, coef=coef, kl=kl, kl_beta=kl_beta, metrics=metrics)
 
 
 def fused_geometric_mean_loss(
@@ -106,6 +106,7 @@ def fused_geometric_mean_loss(
     token_clip = clip == "token"
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
+    metrics: torch.Tensor | None
     value, stats, metrics = fused_sequence_rows(
         _policy_log_probs(inputs, rollout_is_aggregation, dtype),
         inputs.old_log_probs,

@@ -29,7 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.dispatch import select_backend
 from gmpo_plugins.core.kernels.stats import compute_dtype
-from gmpo_plugins.core.tail import ROW_STATS, RATIO_METRIC_KEYS, RowStats, metric_vector
+from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, ROW_STATS, RowStats, metric_vector
 
 
 def _bounds(advantages: torch.Tensor, low: float, high: float, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +78,19 @@ def sequence_rows(
 
 
 @sequence_rows.register_fake
-def _(log_probs, old_log_probs, mask, advantages, low, high, bound, count_low, count_high, normalise, impl):
+def _(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    low: float,
+    high: float,
+    bound: float,
+    count_low: bool,
+    count_high: bool,
+    normalise: bool,
+    impl: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
     return (
@@ -94,13 +106,16 @@ def sequence_rows_backward(
     active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
 ) -> torch.Tensor:
     """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``)."""
-    backend = select_backend(impl, active.new_empty((), dtype=dtype))  # type: ignore[arg-type]  # checked
+    backend = select_backend(impl, active)  # type: ignore[arg-type]  # the forward's resolved backend
     coef = grad_value / count.clamp_min(1) if normalise else grad_value
-    return backend.backward(active, coef, dtype)
+    grad: torch.Tensor = backend.backward(active, coef, dtype)
+    return grad
 
 
 @sequence_rows_backward.register_fake
-def _(active, grad_value, count, normalise, dtype, impl):
+def _(
+    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
+) -> torch.Tensor:
     return torch.empty(active.shape, dtype=dtype, device=active.device)
 
 
@@ -133,7 +148,9 @@ class SequenceRows(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_value: torch.Tensor, *_: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad_value: torch.Tensor | None, *_: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        if grad_value is None:  # the value was not used (gradients are not materialised)
+            return (None,) * 11
         active, table = ctx.saved_tensors
         grad = torch.ops.gmpo_plugins.sequence_rows_backward(
             active, grad_value, table[0], ctx.normalise, ctx.dtype, ctx.impl
@@ -156,7 +173,9 @@ def fused_sequence_rows(
     impl: str,
 ) -> tuple[torch.Tensor, RowStats, torch.Tensor]:
     """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring."""
-    select_backend(impl, log_probs)  # type: ignore[arg-type]  # refuses an impl this input cannot run before any work
+    # refuses an impl this input cannot run before any work; the backward reuses the choice
+    backend = select_backend(impl, log_probs)  # type: ignore[arg-type]  # a str from the loss's checked hparams
+    impl = "triton" if backend.__name__.endswith("triton") else "torch"
     value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         log_probs,
         old_log_probs.detach(),

@@ -129,7 +129,13 @@ def geometric_mean_loss(
         s = summed.clamp(-guard, guard)
 
     kl = kl_rows(
-        inputs, mask, p.log_ratio.dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
+        inputs,
+        mask,
+        p.log_ratio.dtype,
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        kl_clamp=kl_clamp,
+        loss_name=loss_name,
     )
     return finish(
         torch.exp(s),

@@ -105,7 +105,9 @@ def clipped_ratio_loss(
     if weights is not None:
         pg = pg * weights
     dtype = p.log_ratio.dtype
-    kl = kl_rows(inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name)
+    kl = kl_rows(
+        inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
+    )
     return finish(
         masked_sum(pg, mask, dim=-1),
         eager_row_stats(p.log_ratio, mask, clipped_low, clipped_high),
