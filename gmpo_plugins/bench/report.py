@@ -24,6 +24,7 @@ COLUMNS = (
     "extra MiB",
     "extra B/token",
     "compute ops",
+    "compute ops expanded",
     "aten ops",
 )
 TARGET_COLUMNS = ("target", "measured", "status")
@@ -54,6 +55,7 @@ def measurement_rows(result: dict) -> list[list[str]]:
                 "-" if extra is None else f"{extra / 2**20:.2f}",
                 _fmt(row["extra_bytes_per_token"]),
                 str(row.get("compute_ops", "-")),
+                str(row.get("expanded_compute_ops", "-")),
                 str(row.get("aten_ops", "-")),
             ]
         )

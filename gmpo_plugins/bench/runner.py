@@ -7,7 +7,7 @@ Result (JSON-serialisable dict):
     rows      one per measurement: loss, variant, batch, length, tokens, dtype, median_ms,
               cpu_ms (CPU only), ns_per_token, x_floor, x_eager (wall clock), x_floor_cpu,
               x_eager_cpu (process CPU time), extra_bytes, extra_bytes_per_token, aten_ops,
-              compute_ops, ops_by_name (``ops.count_ops``), launches (CUDA gmpo fused only)
+              compute_ops, expanded_compute_ops, ops_by_name (``ops.count_ops``), launches (CUDA gmpo fused only)
     scaling   per (loss, variant, dtype): ns/token at each shape and max/min across them
     targets   ``targets.evaluate``: every target the run can judge, met or not
     notes     what was skipped and how time, memory and ops were measured
@@ -74,6 +74,7 @@ def _row(
         "extra_bytes_per_token": None if extra is None else extra / tokens,
         "aten_ops": counted.aten_ops,
         "compute_ops": counted.compute_ops,
+        "expanded_compute_ops": counted.expanded_compute_ops,
         "ops_by_name": counted.by_name,
     }
 
@@ -162,7 +163,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         ),
         "advantages are (B,) (a (B, T) row-constant tensor costs the fused path one more blocked pass)",
         "ops: aten operators dispatched by one forward+backward (TorchDispatchMode; a custom operator "
-        "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing",
+        "counts once); 'compute' leaves out views, allocations and dtype promotion, which launch nothing; "
+        "'expanded' counts the torch code inside the custom operators (the blocked pass and per-row epilogue "
+        "on CPU) op by op",
         f"targets: time ratios judged on {targets.time_basis(device.type, torch.get_num_threads())}"
         + (
             " (one intra-op thread on CPU: the time the call computed, which other processes inflate much less "

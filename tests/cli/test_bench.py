@@ -121,7 +121,7 @@ def test_markdown_output(capsys):
         "--repeats 1 --threads 1 --markdown`"
     )
     assert lines[1] == "" and lines[2].startswith("Machine: ") and "(1 intra-op threads)" in lines[2]
-    assert "| loss | variant | dtype | B x T |" in out and "| compute ops | aten ops |" in out
+    assert "| loss | variant | dtype | B x T |" in out and "| compute ops | compute ops expanded | aten ops |" in out
     assert "| gspo | fused | fp64 | 2x16 |" in out and "| gspo | eager | fp64 | 2x16 |" in out
     assert "| target | measured | status |" in out and "| CPU gspo fp64 2x16: fused within 10x of the floor |" in out
     assert "x CPU time (" in out and "wall clock) |" in out  # one thread on CPU: judged on CPU time
@@ -172,6 +172,7 @@ def test_op_count_by_hand():
         3,
         0,
         {"aten.detach.default": 1, "aten.view.default": 1, "aten.t.default": 1},
+        0,
     )
 
 

@@ -39,8 +39,7 @@ def _bounds(advantages: torch.Tensor, low: float, high: float, bound: float) -> 
     return lo, hi
 
 
-@torch.library.custom_op("gmpo_plugins::sequence_rows", mutates_args=())
-def sequence_rows(
+def _sequence_rows(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
     mask: torch.Tensor,
@@ -77,6 +76,9 @@ def sequence_rows(
     return value, torch.stack(stats), metric_vector(stats), active
 
 
+sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence_rows, mutates_args=())
+
+
 @sequence_rows.register_fake
 def _(
     log_probs: torch.Tensor,
@@ -101,8 +103,7 @@ def _(
     )
 
 
-@torch.library.custom_op("gmpo_plugins::sequence_rows_backward", mutates_args=())
-def sequence_rows_backward(
+def _sequence_rows_backward(
     active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
 ) -> torch.Tensor:
     """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``)."""
@@ -110,6 +111,18 @@ def sequence_rows_backward(
     coef = grad_value / count.clamp_min(1) if normalise else grad_value
     grad: torch.Tensor = backend.backward(active, coef, dtype)
     return grad
+
+
+sequence_rows_backward = torch.library.custom_op(
+    "gmpo_plugins::sequence_rows_backward", _sequence_rows_backward, mutates_args=()
+)
+
+TORCH_IMPLEMENTED_OPS = {
+    "gmpo_plugins.sequence_rows": _sequence_rows,
+    "gmpo_plugins.sequence_rows_backward": _sequence_rows_backward,
+}
+"""The custom operators of this module by name (``namespace.name``) with the Python function
+each runs: torch code, which ``bench`` can count op by op (a Triton launch stays one op)."""
 
 
 @sequence_rows_backward.register_fake

@@ -1,0 +1,151 @@
+"""The shared loss tail (``core/tail.py``, ``reduce.row_weights``): hand values, the eager
+path's row statistics against the fused pass's, the loss paths a spec declares, and the
+operators one fused forward+backward dispatches."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gmpo_plugins import BatchInfo, get_loss
+from gmpo_plugins.bench.ops import count_ops
+from gmpo_plugins.core.clip import one_sided_clip
+from gmpo_plugins.core.kernels.sequence_rows import fused_sequence_rows
+from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.reduce import REDUCTIONS, SEQUENCE, row_weights
+from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, RowStats, eager_row_stats, metric_vector
+
+from ..registry_names import builtin_losses
+from .batches import random_batch
+
+COUNT = torch.tensor([2.0, 0.0, 3.0], dtype=torch.float64)
+ROWS = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "reduction, batch, expected",
+    [
+        (SEQUENCE, BatchInfo(), [0.5, 0.0, 0.5]),
+        (SEQUENCE, BatchInfo(dp_size=2, global_batch_size=8), [0.25, 0.0, 0.25]),
+        ("token-mean", BatchInfo(), [0.2, 0.2, 0.2]),
+        ("token-mean", BatchInfo(dp_size=2, global_num_tokens=20), [0.1, 0.1, 0.1]),
+        ("seq-mean-token-mean", BatchInfo(), [0.25, 0.0, 1 / 6]),
+        ("seq-mean-token-mean", BatchInfo(dp_size=4, global_batch_size=8), [0.25, 0.0, 1 / 6]),
+        ("seq-mean-token-sum-norm", BatchInfo(), [0.125, 0.0, 0.125]),
+    ],
+)
+def test_row_weights_hand_values(reduction, batch, expected):
+    weights = row_weights(COUNT, ROWS, batch, reduction, norm_length=4)
+    torch.testing.assert_close(weights, torch.tensor(expected, dtype=torch.float64), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("reduction, field", [(SEQUENCE, "global_batch_size"), ("token-mean", "global_num_tokens")])
+def test_row_weights_refuse_a_local_mean_across_ranks(reduction, field):
+    with pytest.raises(ValueError, match=f"batch.{field} is required when batch.dp_size > 1"):
+        row_weights(COUNT, ROWS, BatchInfo(dp_size=2), reduction)
+
+
+def test_row_weights_bad_reduction_and_missing_length():
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        row_weights(COUNT, ROWS, BatchInfo(), "mean")
+    with pytest.raises(ValueError, match="needs norm_length"):
+        row_weights(COUNT, ROWS, BatchInfo(), "seq-mean-token-sum-norm")
+
+
+def _stats(**rows: list[float]) -> RowStats:
+    return RowStats(**{name: torch.tensor(values, dtype=torch.float64) for name, values in rows.items()})
+
+
+def test_metric_vector_hand_values():
+    # row 0: 4 tokens, r in [-0.3, 0.1], sum -0.4, one clipped low; row 1: empty; row 2: 1 token r = 0.2, clipped high
+    stats = _stats(
+        count=[4, 0, 1],
+        rows=[1, 0, 1],
+        sum_raw=[-0.4, 0, 0.2],
+        raw_min=[-0.3, math.inf, 0.2],
+        raw_max=[0.1, -math.inf, 0.2],
+        clipped_low=[1, 0, 0],
+        clipped_high=[0, 0, 1],
+    )
+    w0, w2 = math.exp(-0.1), math.exp(0.2)
+    expected = [0.2, 0.2, 0.4, 0.04, -0.3, 0.2, w0, (w0 + w2) / 2, w2]
+    got = metric_vector(stats)
+    assert got.shape == (len(RATIO_METRIC_KEYS),)
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-14, atol=1e-15)
+
+
+def test_metric_vector_without_valid_tokens_is_zero():
+    stats = _stats(
+        count=[0, 0],
+        rows=[0, 0],
+        sum_raw=[0, 0],
+        raw_min=[math.inf, math.inf],
+        raw_max=[-math.inf, -math.inf],
+        clipped_low=[0, 0],
+        clipped_high=[0, 0],
+    )
+    assert metric_vector(stats).tolist() == [0.0] * len(RATIO_METRIC_KEYS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eager_row_stats_equal_the_fused_pass(dtype):
+    """The eager path's per-row statistics are the fused pass's (gmpo's token clip)."""
+    inputs = random_batch(9, 13, seed=4, dtype=dtype, spread=0.6, empty_rows=(3,))
+    eps, bound = 0.4, 20.0
+    p = prepare(inputs, sequence_level=True)
+    positive, negative = (p.advantages > 0)[:, None] & p.mask, (p.advantages < 0)[:, None] & p.mask
+    _, low, high = one_sided_clip(p.log_ratio.clamp(-bound, bound), positive, negative, eps, eps)
+    eager = eager_row_stats(p.log_ratio, p.mask, low, high)
+    _, fused, metrics = fused_sequence_rows(
+        inputs.log_probs,
+        inputs.old_log_probs,
+        inputs.mask,
+        p.advantages,
+        low=eps,
+        high=eps,
+        bound=bound,
+        count_low=True,
+        count_high=True,
+        normalise=True,
+        impl="torch",
+    )
+    for name in RowStats._fields:
+        torch.testing.assert_close(getattr(fused, name), getattr(eager, name), msg=name)
+    torch.testing.assert_close(metrics, metric_vector(eager))
+    assert fused.clipped_low.sum() > 0 and fused.clipped_high.sum() > 0  # both sides exercised
+
+
+def test_loss_paths_are_declared_by_the_spec():
+    for name in builtin_losses():
+        spec = get_loss(name)
+        assert {"auto", "eager", "torch"} <= set(spec.impls), name
+        assert ("triton" in spec.impls) == spec.sequence_level, name
+    assert get_loss("example_reinforce").impls == ()
+
+
+def test_token_losses_refuse_triton_by_name():
+    inputs = random_batch(3, 4)
+    spec = get_loss("grpo")
+    with pytest.raises(ValueError, match="impl='triton' has no kernel"):
+        spec.fn(inputs, BatchInfo(), impl="triton", **spec.defaults)
+
+
+@pytest.mark.parametrize("shape", [(8, 64), (64, 1024)])
+def test_gmpo_forward_backward_dispatches_at_most_12_compute_ops(shape):
+    """The fused epilogue: a fixed handful of operators per call, whatever the shape (the
+    pass itself is one custom operator per direction)."""
+    inputs = random_batch(*shape, seed=1, dtype=torch.float32)
+    spec = get_loss("gmpo")
+
+    def step() -> None:
+        inputs.log_probs.grad = None
+        spec(inputs, validate=False).loss.backward()
+
+    step()
+    ops = count_ops(step)
+    assert ops.compute_ops <= 12, ops.by_name
+    assert ops.by_name["gmpo_plugins.sequence_rows.default"] == 1
+    assert ops.by_name["gmpo_plugins.sequence_rows_backward.default"] == 1
+    assert ops.expanded_compute_ops > ops.compute_ops  # the pass and the epilogue run inside the operators
