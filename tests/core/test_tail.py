@@ -14,7 +14,7 @@ from gmpo_plugins.bench.ops import count_ops
 from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels.sequence_rows import fused_sequence_rows
 from gmpo_plugins.core.prepared import prepare
-from gmpo_plugins.core.reduce import REDUCTIONS, SEQUENCE, row_weights
+from gmpo_plugins.core.reduce import SEQUENCE, row_weights
 from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, RowStats, eager_row_stats, metric_vector
 
 from ..registry_names import builtin_losses
