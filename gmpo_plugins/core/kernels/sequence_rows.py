@@ -22,6 +22,7 @@ operators whatever the shape (on CPU the operator runs the blocked loop inside),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,7 +118,7 @@ sequence_rows_backward = torch.library.custom_op(
     "gmpo_plugins::sequence_rows_backward", _sequence_rows_backward, mutates_args=()
 )
 
-TORCH_IMPLEMENTED_OPS = {
+TORCH_IMPLEMENTED_OPS: dict[str, Callable[..., object]] = {
     "gmpo_plugins.sequence_rows": _sequence_rows,
     "gmpo_plugins.sequence_rows_backward": _sequence_rows_backward,
 }
