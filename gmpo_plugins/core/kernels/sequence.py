@@ -97,7 +97,7 @@ def fused_geometric_mean_loss(
     loss_name: str = "gmpo",
     impl: Impl = "auto",
 ) -> LossOutput:
-    """The GMPO family (``losses/gmpo.geometric_mean_loss``), fused; ``clip`` is
+    """The GMPO family (``losses/gmpo.eager_geometric_mean_loss``), fused; ``clip`` is
     ``"token"``, ``"sequence"`` or ``"none"``."""
     bound = log_ratio_bound
     low = high = bound
@@ -161,7 +161,7 @@ def fused_gspo_loss(
     kl_clamp: float | None = None,
     impl: Impl = "auto",
 ) -> LossOutput:
-    """GSPO (``losses/gspo.gspo_loss``), fused."""
+    """GSPO (``losses/gspo.eager_gspo_loss``), fused."""
     bound = log_ratio_bound
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)

@@ -204,7 +204,7 @@ def fused_clipped_ratio_loss(
     kl_clamp: float | None = None,
     loss_name: str = "grpo",
 ) -> LossOutput:
-    """``losses/ppo_clip.clipped_ratio_loss``, fused (module docstring); a KL term is added
+    """``losses/ppo_clip.eager_clipped_ratio_loss``, fused (module docstring); a KL term is added
     with the eager formula."""
     dtype = compute_dtype(inputs.log_probs.dtype)
     weights = None if inputs.rollout_is_weights is None else inputs.rollout_is_weights.detach()

@@ -64,7 +64,19 @@ _EPS_DEFAULTS = {"eps_low": 0.4, "eps_high": 0.4}
 _IS_DEFAULT = {"rollout_is_aggregation": "geometric_mean"}
 
 
-def geometric_mean_loss(
+def geometric_mean_loss(inputs: LossInputs, batch: BatchInfo, *, impl: Impl = "auto", **hparams: Any) -> LossOutput:
+    """The GMPO family: ``impl="eager"`` runs ``eager_geometric_mean_loss`` (the test oracle);
+    "auto" (the registry's path), "torch" and "triton" run
+    ``kernels.fused_geometric_mean_loss`` with the same keywords, same numbers."""
+    check_impl(impl)
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True)
+    if impl == "eager":
+        return eager_geometric_mean_loss(inputs, batch, **hparams)
+    return fused_geometric_mean_loss(inputs, batch, impl=impl, **hparams)
+
+
+def eager_geometric_mean_loss(
     inputs: LossInputs,
     batch: BatchInfo,
     *,
@@ -78,32 +90,9 @@ def geometric_mean_loss(
     eps_low: float | None = None,
     eps_high: float | None = None,
     loss_name: str = "gmpo",
-    impl: Impl = "auto",
 ) -> LossOutput:
-    """The GMPO family in one place; ``clip`` is ``"token"``, ``"sequence"`` or ``"none"``.
-
-    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
-    path), "torch" and "triton" run ``kernels.fused_geometric_mean_loss``, same numbers.
-    """
-    check_impl(impl)
-    if is_empty(inputs):  # B = 0 or T = 0
-        return empty_loss(inputs, kl=True)
-    if impl != "eager":
-        return fused_geometric_mean_loss(
-            inputs,
-            batch,
-            clip=clip,
-            normalise=normalise,
-            kl_beta=kl_beta,
-            kl_estimator=kl_estimator,
-            log_ratio_bound=log_ratio_bound,
-            rollout_is_aggregation=rollout_is_aggregation,
-            kl_clamp=kl_clamp,
-            eps_low=eps_low,
-            eps_high=eps_high,
-            loss_name=loss_name,
-            impl=impl,
-        )
+    """The GMPO family in one place (module docstring); ``clip`` is ``"token"``,
+    ``"sequence"`` or ``"none"``."""
     p = prepare(inputs, sequence_level=True)
     mask = p.mask
     bound = log_ratio_bound

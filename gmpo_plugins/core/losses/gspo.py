@@ -21,6 +21,8 @@ each token's own sampling mismatch, which is what a token-level IS weight measur
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_gspo_loss
@@ -32,7 +34,19 @@ from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 
 
-def gspo_loss(
+def gspo_loss(inputs: LossInputs, batch: BatchInfo, *, impl: Impl = "auto", **hparams: Any) -> LossOutput:
+    """GSPO: ``impl="eager"`` runs ``eager_gspo_loss`` (the test oracle); "auto" (the
+    registry's path), "torch" and "triton" run ``kernels.fused_gspo_loss`` with the same
+    keywords, same numbers."""
+    check_impl(impl)
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True)
+    if impl == "eager":
+        return eager_gspo_loss(inputs, batch, **hparams)
+    return fused_gspo_loss(inputs, batch, impl=impl, **hparams)
+
+
+def eager_gspo_loss(
     inputs: LossInputs,
     batch: BatchInfo,
     *,
@@ -43,29 +57,8 @@ def gspo_loss(
     log_ratio_bound: float,
     rollout_is_aggregation: str = "per_token",
     kl_clamp: float | None = None,
-    impl: Impl = "auto",
 ) -> LossOutput:
-    """Sequence-level clipped ratio (module docstring).
-
-    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
-    path), "torch" and "triton" run ``kernels.fused_gspo_loss``, same numbers.
-    """
-    check_impl(impl)
-    if is_empty(inputs):  # B = 0 or T = 0
-        return empty_loss(inputs, kl=True)
-    if impl != "eager":
-        return fused_gspo_loss(
-            inputs,
-            batch,
-            eps_low=eps_low,
-            eps_high=eps_high,
-            kl_beta=kl_beta,
-            kl_estimator=kl_estimator,
-            log_ratio_bound=log_ratio_bound,
-            rollout_is_aggregation=rollout_is_aggregation,
-            kl_clamp=kl_clamp,
-            impl=impl,
-        )
+    """Sequence-level clipped ratio (module docstring)."""
     p = prepare(inputs, sequence_level=True)
     r = p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound)
     r = per_token_is_gradient(r, p.rollout_is_weights, p.mask, rollout_is_aggregation)

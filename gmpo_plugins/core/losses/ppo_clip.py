@@ -44,7 +44,23 @@ from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput, Reduction
 
 
-def clipped_ratio_loss(
+def clipped_ratio_loss(inputs: LossInputs, batch: BatchInfo, *, impl: Impl = "auto", **hparams: Any) -> LossOutput:
+    """Token-level PPO clipped surrogate: ``impl="eager"`` runs ``eager_clipped_ratio_loss``
+    (the test oracle); "auto" (the registry's path) and "torch" run
+    ``kernels.token.fused_clipped_ratio_loss`` with the same keywords, same numbers. There
+    is no Triton kernel for the token-level losses (``impl="triton"`` is an error)."""
+    check_impl(impl)
+    if impl not in TOKEN_IMPLS:
+        loss_name = hparams.get("loss_name", "grpo")
+        raise ValueError(f"{loss_name}: impl='triton' has no kernel for token-level losses; use 'auto' or 'torch'")
+    if is_empty(inputs):  # B = 0 or T = 0
+        return empty_loss(inputs, kl=True, dual_clip=hparams.get("dual_clip") is not None)
+    if impl == "eager":
+        return eager_clipped_ratio_loss(inputs, batch, **hparams)
+    return fused_clipped_ratio_loss(inputs, batch, **hparams)
+
+
+def eager_clipped_ratio_loss(
     inputs: LossInputs,
     batch: BatchInfo,
     *,
@@ -58,34 +74,8 @@ def clipped_ratio_loss(
     log_ratio_bound: float,
     kl_clamp: float | None = None,
     loss_name: str = "grpo",
-    impl: Impl = "auto",
 ) -> LossOutput:
-    """Token-level PPO clipped surrogate (module docstring).
-
-    ``impl="eager"`` runs the formulation below (the test oracle); "auto" (the registry's
-    path) and "torch" run ``kernels.token.fused_clipped_ratio_loss``, same numbers. There
-    is no Triton kernel for the token-level losses (``impl="triton"`` is an error).
-    """
-    check_impl(impl)
-    if impl not in TOKEN_IMPLS:
-        raise ValueError(f"{loss_name}: impl='triton' has no kernel for token-level losses; use 'auto' or 'torch'")
-    if is_empty(inputs):  # B = 0 or T = 0
-        return empty_loss(inputs, kl=True, dual_clip=dual_clip is not None)
-    if impl != "eager":
-        return fused_clipped_ratio_loss(
-            inputs,
-            batch,
-            eps_low=eps_low,
-            eps_high=eps_high,
-            dual_clip=dual_clip,
-            reduction=reduction,
-            norm_length=norm_length,
-            kl_beta=kl_beta,
-            kl_estimator=kl_estimator,
-            log_ratio_bound=log_ratio_bound,
-            kl_clamp=kl_clamp,
-            loss_name=loss_name,
-        )
+    """Token-level PPO clipped surrogate (module docstring)."""
     p = prepare(inputs, sequence_level=False)
     mask, advantages = p.mask, p.advantages
     ratio = torch.exp(p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound))
