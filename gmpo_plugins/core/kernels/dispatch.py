@@ -70,15 +70,28 @@ def select_backend(impl: Impl, tensor: torch.Tensor) -> ModuleType:
     else:
         use_triton = impl == "triton"
     if not use_triton:
-        from gmpo_plugins.core.kernels import rowsum_torch
-
-        return rowsum_torch
+        return backend_named("torch")
     if not triton_importable():
         raise ValueError("impl='triton' needs the triton package, importable (pip install triton)")
     if tensor.dtype not in TRITON_DTYPES:
         raise ValueError(f"impl='triton' supports float16, bfloat16 and float32 log_probs, got {tensor.dtype}")
     if not tensor.is_cuda and not triton_interpreter():
         raise ValueError("impl='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tests)")
-    from gmpo_plugins.core.kernels import rowsum_triton
+    return backend_named("triton")
 
-    return rowsum_triton
+
+def backend_name(backend: ModuleType) -> str:
+    """``"torch"`` or ``"triton"``: the name of a module ``select_backend`` returned."""
+    return "triton" if backend.__name__.endswith("triton") else "torch"
+
+
+def backend_named(name: str) -> ModuleType:
+    """The backend module called ``name`` (``backend_name``), chosen and checked before by
+    ``select_backend``; the Triton one is imported only here."""
+    if name == "triton":
+        from gmpo_plugins.core.kernels import rowsum_triton
+
+        return rowsum_triton
+    from gmpo_plugins.core.kernels import rowsum_torch
+
+    return rowsum_torch

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from gmpo_plugins.core.kernels.dispatch import select_backend
+from gmpo_plugins.core.kernels.dispatch import backend_name, backend_named, select_backend
 from gmpo_plugins.core.kernels.stats import compute_dtype
 from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, ROW_STATS, RowStats, metric_vector
 
@@ -57,9 +57,10 @@ def _sequence_rows(
 
     advantages (B,) in the compute dtype; ``low``/``high`` the log-space bounds of the
     advantage's side (R where there is no clip); ``count_low``/``count_high`` whether tokens
-    beyond them count as clipped (the bound is an eps one) or only as guarded.
+    beyond them count as clipped (the bound is an eps one) or only as guarded; ``impl`` the
+    backend ``"torch"`` or ``"triton"`` (``dispatch.backend_name``), chosen and checked before.
     """
-    backend = select_backend(impl, log_probs)  # type: ignore[arg-type]  # checked by the caller
+    backend = backend_named(impl)
     lo, hi = _bounds(advantages, low, high, bound)
     sums, active = backend.forward(log_probs, old_log_probs, mask, lo, hi)
     sum_clipped, sum_raw, count, below, above, raw_min, raw_max = sums.unbind(0)
@@ -108,7 +109,7 @@ def _sequence_rows_backward(
     active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
 ) -> torch.Tensor:
     """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``)."""
-    backend = select_backend(impl, active)  # type: ignore[arg-type]  # the forward's resolved backend
+    backend = backend_named(impl)
     coef = grad_value / count.clamp_min(1) if normalise else grad_value
     grad: torch.Tensor = backend.backward(active, coef, dtype)
     return grad
@@ -189,7 +190,7 @@ def fused_sequence_rows(
     """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring."""
     # refuses an impl this input cannot run before any work; the backward reuses the choice
     backend = select_backend(impl, log_probs)  # type: ignore[arg-type]  # a str from the loss's checked hparams
-    impl = "triton" if backend.__name__.endswith("triton") else "torch"
+    impl = backend_name(backend)
     value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         log_probs,
         old_log_probs.detach(),
