@@ -12,7 +12,7 @@ import torch
 from gmpo_plugins import BatchInfo, LossSpec, get_loss
 from gmpo_plugins.bench.ops import count_ops
 from gmpo_plugins.core.clip import one_sided_clip
-from gmpo_plugins.core.kernels.sequence_rows import fused_sequence_rows
+from gmpo_plugins.core.kernels.sequence_rows import PassOptions, fused_sequence_rows
 from gmpo_plugins.core.prepared import prepare
 from gmpo_plugins.core.reduce import SEQUENCE, row_weights
 from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, RowStats, eager_row_stats, metric_vector
@@ -103,13 +103,7 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
         inputs.old_log_probs,
         inputs.mask,
         p.advantages,
-        low=eps,
-        high=eps,
-        bound=bound,
-        count_low=True,
-        count_high=True,
-        normalise=True,
-        impl="torch",
+        PassOptions(low=eps, high=eps, bound=bound, count_low=True, count_high=True, normalise=True, impl="torch"),
     )
     for name in RowStats._fields:
         torch.testing.assert_close(getattr(fused, name), getattr(eager, name), msg=name)

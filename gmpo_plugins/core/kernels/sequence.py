@@ -33,7 +33,7 @@ import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels.rowmean import row_masked_mean, sequence_is_weights
-from gmpo_plugins.core.kernels.sequence_rows import fused_sequence_rows
+from gmpo_plugins.core.kernels.sequence_rows import PassOptions, fused_sequence_rows
 from gmpo_plugins.core.kernels.stats import compute_dtype
 from gmpo_plugins.core.prepared import per_token_is_gradient, product_guard
 from gmpo_plugins.core.reduce import SEQUENCE, as_bool_mask
@@ -112,13 +112,15 @@ def fused_geometric_mean_loss(
         inputs.old_log_probs,
         inputs.mask,
         advantages,
-        low=min(low, bound) if token_clip else bound,
-        high=min(high, bound) if token_clip else bound,
-        bound=bound,
-        count_low=token_clip and low < bound,
-        count_high=token_clip and high < bound,
-        normalise=normalise and clip != "sequence",
-        impl=impl,
+        PassOptions(
+            low=min(low, bound) if token_clip else bound,
+            high=min(high, bound) if token_clip else bound,
+            bound=bound,
+            count_low=token_clip and low < bound,
+            count_high=token_clip and high < bound,
+            normalise=normalise and clip != "sequence",
+            impl=impl,
+        ),
     )
     if clip == "sequence":  # the authors' seqclip: clip the sum, then divide by |o_i|
         rows = stats.rows > 0
@@ -170,13 +172,7 @@ def fused_gspo_loss(
         inputs.old_log_probs,
         inputs.mask,
         advantages,
-        low=bound,
-        high=bound,
-        bound=bound,
-        count_low=False,
-        count_high=False,
-        normalise=True,
-        impl=impl,
+        PassOptions(low=bound, high=bound, bound=bound, count_low=False, count_high=False, normalise=True, impl=impl),
     )
     ratio = torch.exp(value)
     pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))

@@ -23,7 +23,7 @@ operators whatever the shape (on CPU the operator runs the blocked loop inside),
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -82,19 +82,7 @@ sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence
 
 
 @sequence_rows.register_fake
-def _(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    mask: torch.Tensor,
-    advantages: torch.Tensor,
-    low: float,
-    high: float,
-    bound: float,
-    count_low: bool,
-    count_high: bool,
-    normalise: bool,
-    impl: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _(log_probs: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
     return (
@@ -129,9 +117,21 @@ each runs: torch code, which ``bench`` can count op by op (a Triton launch stays
 
 @sequence_rows_backward.register_fake
 def _(
-    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
+    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, *_: object
 ) -> torch.Tensor:
     return torch.empty(active.shape, dtype=dtype, device=active.device)
+
+
+class PassOptions(NamedTuple):
+    """The scalar arguments of ``sequence_rows`` after its tensors (its docstring)."""
+
+    low: float
+    high: float
+    bound: float
+    count_low: bool
+    count_high: bool
+    normalise: bool
+    impl: str
 
 
 class SequenceRows(torch.autograd.Function):
@@ -144,19 +144,13 @@ class SequenceRows(torch.autograd.Function):
         old_log_probs: torch.Tensor,
         mask: torch.Tensor,
         advantages: torch.Tensor,
-        low: float,
-        high: float,
-        bound: float,
-        count_low: bool,
-        count_high: bool,
-        normalise: bool,
-        impl: str,
+        *options: Any,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         value, table, metrics, active = torch.ops.gmpo_plugins.sequence_rows(
-            log_probs, old_log_probs, mask, advantages, low, high, bound, count_low, count_high, normalise, impl
+            log_probs, old_log_probs, mask, advantages, *options
         )
         ctx.save_for_backward(active, table)
-        ctx.normalise, ctx.dtype, ctx.impl = normalise, log_probs.dtype, impl
+        ctx.options, ctx.dtype = PassOptions(*options), log_probs.dtype
         ctx.mark_non_differentiable(table, metrics)
         ctx.set_materialize_grads(False)  # no zero gradients are made for the statistics
         return value, table, metrics
@@ -164,13 +158,15 @@ class SequenceRows(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_value: torch.Tensor | None, *_: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        nothing = (None,) * (3 + len(PassOptions._fields))
         if grad_value is None:  # the value was not used (gradients are not materialised)
-            return (None,) * 11
+            return (None, *nothing)
         active, table = ctx.saved_tensors
+        options = ctx.options
         grad = torch.ops.gmpo_plugins.sequence_rows_backward(
-            active, grad_value, table[0], ctx.normalise, ctx.dtype, ctx.impl
+            active, grad_value, table[0], options.normalise, ctx.dtype, options.impl
         )
-        return (grad, *(None,) * 10)
+        return (grad, *nothing)
 
 
 def fused_sequence_rows(
@@ -178,30 +174,16 @@ def fused_sequence_rows(
     old_log_probs: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
-    *,
-    low: float,
-    high: float,
-    bound: float,
-    count_low: bool,
-    count_high: bool,
-    normalise: bool,
-    impl: str,
+    options: PassOptions,
 ) -> tuple[torch.Tensor, RowStats, torch.Tensor]:
-    """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring."""
-    # refuses an impl this input cannot run before any work; the backward reuses the choice
-    backend = select_backend(impl, log_probs)  # type: ignore[arg-type]  # a str from the loss's checked hparams
-    impl = backend_name(backend)
+    """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring.
+
+    ``options.impl`` is a loss's ``impl`` ("auto", "torch" or "triton"): an impl this input
+    cannot run is refused before any work, and the operators get the backend it selects.
+    """
+    backend = select_backend(options.impl, log_probs)  # type: ignore[arg-type]  # a str from the checked hparams
+    options = options._replace(impl=backend_name(backend))
     value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
-        log_probs,
-        old_log_probs.detach(),
-        mask.detach(),
-        advantages,
-        low,
-        high,
-        bound,
-        count_low,
-        count_high,
-        normalise,
-        impl,
+        log_probs, old_log_probs.detach(), mask.detach(), advantages, *options
     )
     return value, RowStats(*table.unbind(0)), metrics
