@@ -345,8 +345,10 @@ def _saved_float_bt(name: str, impl: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("name", FUSED_LOSSES)
-def test_nothing_float_of_size_bt_is_saved(name):
-    assert _saved_float_bt(name, "torch") == []
+def test_only_the_token_derivative_is_saved(name):
+    """Sequence-level losses save nothing float of size (B, T) (a 1-byte mask); the token-level
+    ones save one (B, T) tensor, their per-token derivative in float32 (4 bytes per token)."""
+    assert _saved_float_bt(name, "torch") == ([(torch.float32, (8, 64))] if name in TOKEN_LOSSES else [])
     assert _saved_float_bt(name, "eager") != []  # the check does see the eager path's tensors
 
 

@@ -9,14 +9,17 @@ Per valid token t of row i (``losses/ppo_clip.py``, whose eager version stays th
 
 The forward pass returns S (B,) and per-row statistics; the (B,)-sized reduction
 (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm) is ordinary torch code, so
-autograd hands g_i = dLoss/dS_i to the backward pass, which re-reads the inputs (nothing
-of size (B, T) is saved beyond references to the inputs themselves) and writes
+autograd hands g_i = dLoss/dS_i to the backward pass. The forward pass also writes the
+per-token derivative (B, T), in the compute dtype, from the temporaries it already holds
 
-    grad_t = g_i * m_t * w_t * [not dual-capped] * (-A_t) * rho_t * [|r_t| <= R]
-             * (a_t + b_t * [1 - eps_low <= rho_t <= 1 + eps_high])
+    d_t = w_t * [not dual-capped] * [|r_t| <= R] * (-A_t) * rho_t
+          * (a_t + b_t * [1 - eps_low <= rho_t <= 1 + eps_high])
 
 with (a_t, b_t) = (1, 0) where u_t > c_t, (0, 1) where u_t < c_t and (1/2, 1/2) on a tie:
-the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager loss.
+the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager loss. It
+saves d (4 bytes per token in float32, the one (B, T) tensor it keeps) and the backward
+pass writes grad_t = g_i * d_t where m_t, exactly +0 elsewhere (even for NaN/inf padding
+or an infinite g_i), in the input dtype.
 """
 
 from __future__ import annotations
@@ -27,13 +30,11 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from gmpo_plugins.core.kernels.rowsum_torch import rows_per_block
+from gmpo_plugins.core.kernels.rowsum_torch import _SAME_WIDTH_INT, rows_per_block
 from gmpo_plugins.core.kernels.stats import compute_dtype
 from gmpo_plugins.core.reduce import as_bool_mask
 from gmpo_plugins.core.tail import RowStats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
-
-TOKEN_BLOCKS = 64  # more, smaller blocks than clipped_row_sums: about ten temporaries live
 
 
 class _Clip:
@@ -41,56 +42,123 @@ class _Clip:
 
     def __init__(self, eps_low: float, eps_high: float, dual_clip: float | None, bound: float) -> None:
         self.low, self.high, self.dual, self.bound = 1.0 - eps_low, 1.0 + eps_high, dual_clip, bound
+        # padding has r = 0, rho = 1: outside the band only for a negative eps (not a valid setting)
+        self.padding_in_band = self.low <= 1.0 <= self.high
+
+
+def _rows_per_block(batch: int, length: int, device: torch.device) -> int:
+    """Rows per block: on CPU the whole input up to ``rowsum_torch.BLOCK_ELEMENTS`` elements
+    (each torch op has a fixed cost of a few microseconds, which a small input pays once per
+    op rather than once per op and block), blocks of that size above, so that the seven
+    float temporaries of a block stay in cache."""
+    return rows_per_block(batch, length, device, blocks=1)
 
 
 class _Block:
-    """One block of rows in the compute dtype, with float 0/1 masks only (torch's CPU
-    kernels with boolean operands are several times slower than the float ones).
-
-    valid (0/1), r (log ratio, 0 on padding even for NaN/inf padding), ratio = exp(clamp(r)),
-    neg_a = -A, and the surrogate before the dual cap
-
-        pg = max(u, c) = -A * clamp(ratio, lower, upper),  u = -A ratio, c = -A clamp(ratio, 1 - eps_low, 1 + eps_high)
-
-    with lower = 1 - eps_low where A < 0 (else -inf) and upper = 1 + eps_high where A > 0
-    (else +inf): -A * x is monotone in x and so is its rounding, so both forms give the
-    same float. cap = -A * dual_clip where A < 0 (else +inf) when dual_clip is set.
-    """
+    """One block of rows: its inputs, in the compute dtype where that costs no (rows, T) copy,
+    and views of its slices of the outputs and of the workspace."""
 
     def __init__(
         self,
-        log_probs: torch.Tensor,
-        old: torch.Tensor,
-        mask: torch.Tensor,
-        advantages: torch.Tensor,
-        weights: torch.Tensor | None,
-        clip: _Clip,
+        rows: slice,
+        inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
         dtype: torch.dtype,
+        out: torch.Tensor,
+        deriv: torch.Tensor | None,
+        work: torch.Tensor,
     ) -> None:
-        valid_bool = mask if mask.dtype == torch.bool else mask != 0
-        self.valid = valid_bool.view(torch.uint8).to(dtype)
-        r = torch.sub(log_probs.to(dtype), old.to(dtype)).mul_(self.valid)
-        self.r = r.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-        self.clamped = r.clamp(-clip.bound, clip.bound)
-        self.ratio = self.clamped.exp()
+        log_probs, old, mask, advantages, weights = (None if t is None else t[rows] for t in inputs)
+        self.log_probs, self.old, self.mask = log_probs, _exact_in(old, dtype), mask
         a = advantages.to(dtype)
         self.a = a[:, None] if a.dim() == 1 else a
-        self.neg_a = -self.a
-        self.cap = None if clip.dual is None else torch.where(self.a < 0, self.neg_a * clip.dual, math.inf)
-        w = None if weights is None else weights.to(dtype)
+        w = None if weights is None else _exact_in(weights, dtype)
         self.w = w[:, None] if w is not None and w.dim() == 1 else w
+        self.out, self.deriv = out[:, rows], None if deriv is None else deriv[rows]
+        self.work = work[:, : rows.stop - rows.start]
 
-    def surrogate(self, clip: _Clip) -> torch.Tensor:
-        """pg = max(u, c) before the dual cap (a new tensor)."""
-        lower = torch.full_like(self.a, -math.inf).masked_fill_(self.a < 0, clip.low)
-        upper = torch.full_like(self.a, math.inf).masked_fill_(self.a > 0, clip.high)
-        pg = torch.maximum(self.ratio, lower)
-        return torch.minimum(pg, upper, out=pg).mul_(self.neg_a)
 
-    def branches(self, clip: _Clip) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(u, c, clamp(ratio, 1 - eps_low, 1 + eps_high)) for the backward pass's tie rule."""
-        banded = self.ratio.clamp(clip.low, clip.high)
-        return self.ratio * self.neg_a, banded * self.neg_a, banded
+def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as an operand of an op computing in ``dtype``: as it is when torch's type
+    promotion converts it exactly on the fly (a narrower or equal float), else converted."""
+    return t if t.dtype.itemsize <= dtype.itemsize and t.dtype.is_floating_point else t.to(dtype)
+
+
+def _row_count(flags: torch.Tensor, factor: torch.Tensor, out: torch.Tensor) -> None:
+    """out (rows,) = sum_t flags * factor, factor (rows, 1) or (rows, T) 0/1: a row-constant
+    factor is applied to the (exact, integer) row sums instead of to every token."""
+    if factor.shape[-1] == 1:
+        torch.mul(flags.sum(-1), factor[:, 0], out=out)
+    else:
+        torch.sum(flags.mul_(factor), dim=-1, out=out)
+
+
+def _forward_block(k: _Block, clip: _Clip) -> None:
+    """Statistics ``k.out`` (8, rows) and derivative ``k.deriv`` (rows, T) of one block, in
+    about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
+    reused from block to block), comparisons writing float 0/1 (torch's CPU kernels with
+    boolean operands are several times slower than the float ones):
+
+        m     = mask as 0/1
+        r     = nan_to_num(m * (log_probs - old))     0 on padding, even NaN/inf padding
+        gate  = [clamp(r, -R, R) == r],  rho = exp(clamp(r, -R, R))
+        out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)]
+        u, c  = -A rho, -A clamp(rho, 1 - eps_low, 1 + eps_high),  pg = max(u, c)
+        d     = u + u * (sign(u - c) - out) / 2                      (then * gate, cap, w)
+
+    sign(u - c) - out is 0 in the band (u = c there: the same product), and outside it 0
+    where u > c, -1 on a tie and -2 where u < c: d = u, u / 2 and 0, which is the tie rule
+    of the module docstring, equal to its product form wherever u is finite (an infinite
+    advantage gives NaN instead of an infinite gradient). pg = max(u, c) is the same float
+    as -A * clamp(rho, lower, upper) with one-sided bounds (-A x is monotone in x and so
+    is its rounding). Padding tokens of d are left as computed: the backward pass zeroes
+    them. Low/high-clipped counts sum [rho < 1 - eps_low], [rho > 1 + eps_high] (padding
+    has rho = 1, inside the band) times [A < 0], [A > 0]; min/max of r over valid tokens
+    use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set by the caller).
+    """
+    o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
+    valid, r, ratio, gate, banded, outside, pg = k.work
+    if k.mask.dtype == torch.bool:
+        valid.copy_(k.mask.view(torch.uint8))
+    else:
+        torch.ne(k.mask, 0, out=valid)
+    if k.log_probs.dtype == r.dtype and k.old.dtype == r.dtype:
+        torch.sub(k.log_probs, k.old, out=r)
+    else:
+        r.copy_(k.log_probs).sub_(k.old)
+    r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    torch.clamp(r, -clip.bound, clip.bound, out=ratio)
+    torch.eq(ratio, r, out=gate)
+    ratio.exp_()
+    torch.clamp(ratio, clip.low, clip.high, out=banded)
+    torch.ne(banded, ratio, out=outside)
+    for compare, bound, side, row in ((torch.lt, clip.low, a < 0, 3), (torch.gt, clip.high, a > 0, 4)):
+        flags = compare(ratio, bound, out=pg)
+        if not clip.padding_in_band:
+            flags.mul_(valid)
+        _row_count(flags, side.to(flags.dtype), o[row])
+    neg_a = -a
+    u, c = ratio.mul_(neg_a), banded.mul_(neg_a)
+    torch.maximum(u, c, out=pg)
+    if k.deriv is not None:
+        share = torch.sub(u, c, out=c).sign_().sub_(outside)
+        torch.addcmul(u, u, share, value=0.5, out=k.deriv).mul_(gate)
+    if clip.dual is not None:
+        cap = torch.where(a < 0, neg_a * clip.dual, math.inf)
+        if k.deriv is not None:
+            k.deriv.mul_(torch.le(pg, cap, out=outside))
+        torch.sum(torch.gt(pg, cap, out=outside).mul_(valid), dim=-1, out=o[7])
+        torch.minimum(pg, cap, out=pg)  # the value of where(A < 0 & pg > cap, cap, pg)
+    if k.w is not None:
+        if k.deriv is not None:
+            k.deriv.mul_(k.w)
+        pg.mul_(k.w)
+    pg.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
+    torch.sum(pg, dim=-1, out=o[0])
+    torch.sum(r, dim=-1, out=o[1])
+    torch.sum(valid, dim=-1, out=o[2])
+    invalid = valid.neg_().add_(1.0)
+    torch.amin(torch.add(r, invalid, alpha=big, out=pg), dim=-1, out=o[5])
+    torch.amax(torch.add(r, invalid, alpha=-big, out=pg), dim=-1, out=o[6])
 
 
 class _TokenRowSums(torch.autograd.Function):
@@ -109,44 +177,21 @@ class _TokenRowSums(torch.autograd.Function):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
-        out = torch.zeros((8, batch), dtype=dtype, device=log_probs.device)
-        step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
-        big = torch.finfo(dtype).max
+        device = log_probs.device
+        out = torch.empty((8, batch), dtype=dtype, device=device)
+        if clip.dual is None:
+            out[7].zero_()
+        deriv = torch.empty((batch, length), dtype=dtype, device=device) if ctx.needs_input_grad[0] else None
+        step = _rows_per_block(batch, length, device)
+        work = torch.empty((7, min(step, batch), length), dtype=dtype, device=device)
+        inputs = (log_probs, old, mask, advantages, weights)
         for start in range(0, batch, step):
-            rows = slice(start, min(batch, start + step))
-            k = _Block(
-                log_probs[rows],
-                old[rows],
-                mask[rows],
-                advantages[rows],
-                None if weights is None else weights[rows],
-                clip,
-                dtype,
-            )
-            o = out[:, rows]
-            pg = k.surrogate(clip)
-            if k.cap is not None:
-                torch.sum(torch.gt(pg, k.cap).to(dtype).mul_(k.valid), dim=-1, out=o[7])
-                torch.minimum(pg, k.cap, out=pg)  # the value of where(A < 0 & pg > cap, cap, pg)
-            if k.w is not None:
-                pg.mul_(k.w)
-            pg.mul_(k.valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-            torch.sum(pg, dim=-1, out=o[0])
-            torch.sum(k.r, dim=-1, out=o[1])
-            torch.sum(k.valid, dim=-1, out=o[2])
-            # clipped: A < 0 and ratio < 1 - eps_low / A > 0 and ratio > 1 + eps_high, valid
-            low = torch.lt(k.ratio, clip.low, out=pg).mul_(k.valid).mul_((k.a < 0).to(dtype))
-            torch.sum(low, dim=-1, out=o[3])
-            high = torch.gt(k.ratio, clip.high, out=pg).mul_(k.valid).mul_((k.a > 0).to(dtype))
-            torch.sum(high, dim=-1, out=o[4])
-            invalid = torch.rsub(k.valid, 1.0)
-            torch.amin(torch.add(k.r, invalid, alpha=big, out=pg), dim=-1, out=o[5])
-            torch.amax(torch.add(k.r, invalid, alpha=-big, out=pg), dim=-1, out=o[6])
+            _forward_block(_Block(slice(start, min(batch, start + step)), inputs, dtype, out, deriv, work), clip)
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
-        ctx.save_for_backward(log_probs, old, mask, advantages, weights)
-        ctx.clip = clip
+        ctx.save_for_backward(deriv, mask)
+        ctx.grad_dtype = log_probs.dtype
         ctx.mark_non_differentiable(out)
         return out[0].clone(), out
 
@@ -155,37 +200,19 @@ class _TokenRowSums(torch.autograd.Function):
     def backward(
         ctx: Any, grad_sum: torch.Tensor, _: torch.Tensor
     ) -> tuple[torch.Tensor, None, None, None, None, None]:
-        log_probs, old, mask, advantages, weights = ctx.saved_tensors
-        clip = ctx.clip
-        batch, length = log_probs.shape
-        dtype = grad_sum.dtype
-        grad = torch.empty_like(log_probs)
-        step = rows_per_block(batch, length, log_probs.device, TOKEN_BLOCKS)
+        """grad_t = g_i * d_t (rounded once to the input dtype) where m_t, and exactly +0
+        elsewhere: written on the bits, bits(grad) = bits(g_i * d_t) * m_t (an integer
+        product with 0 or 1), which no inf or NaN in g_i or d_t can turn into NaN."""
+        deriv, mask = ctx.saved_tensors
+        batch, length = deriv.shape
+        grad = torch.empty((batch, length), dtype=ctx.grad_dtype, device=deriv.device)
+        bits = grad.view(_SAME_WIDTH_INT[grad.dtype])
+        step = _rows_per_block(batch, length, deriv.device)
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
-            k = _Block(
-                log_probs[rows],
-                old[rows],
-                mask[rows],
-                advantages[rows],
-                None if weights is None else weights[rows],
-                clip,
-                dtype,
-            )
-            u, c, banded = k.branches(clip)
-            # share of d pg / d (-A ratio): 1 where u > c, band where u < c, (1 + band) / 2 on a tie
-            tie = torch.eq(u, c).to(dtype)
-            first = torch.gt(u, c).to(dtype).add_(tie, alpha=0.5)
-            band = torch.eq(banded, k.ratio, out=banded)
-            share = band.add_(first.mul_(band.neg().add_(1.0)))  # first + (1 - first) * band
-            d = share.mul_(k.neg_a).mul_(k.ratio)
-            d.mul_(torch.eq(k.clamped, k.r, out=k.clamped)).mul_(k.valid)  # overflow guard, padding
-            if k.cap is not None:
-                d.mul_(torch.le(k.surrogate(clip), k.cap).to(dtype))
-            if k.w is not None:
-                d.mul_(k.w)
-            d.mul_(grad_sum[rows, None])
-            grad[rows] = d.masked_fill_(~(mask[rows] if mask.dtype == torch.bool else mask[rows] != 0), 0.0)
+            torch.mul(deriv[rows], grad_sum[rows, None], out=grad[rows])
+            valid = mask[rows] if mask.dtype == torch.bool else mask[rows] != 0
+            bits[rows].mul_(valid.view(torch.uint8))
         return grad, None, None, None, None, None
 
 
