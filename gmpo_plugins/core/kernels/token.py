@@ -83,15 +83,6 @@ def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype.itemsize <= dtype.itemsize and t.dtype.is_floating_point else t.to(dtype)
 
 
-def _row_count(flags: torch.Tensor, factor: torch.Tensor, out: torch.Tensor) -> None:
-    """out (rows,) = sum_t flags * factor, factor (rows, 1) or (rows, T) 0/1: a row-constant
-    factor is applied to the (exact, integer) row sums instead of to every token."""
-    if factor.shape[-1] == 1:
-        torch.mul(flags.sum(-1), factor[:, 0], out=out)
-    else:
-        torch.sum(flags.mul_(factor), dim=-1, out=out)
-
-
 def _forward_block(k: _Block, clip: _Clip) -> None:
     """Statistics ``k.out`` (8, rows) and derivative ``k.deriv`` (rows, T) of one block, in
     about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
@@ -112,7 +103,8 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     as -A * clamp(rho, lower, upper) with one-sided bounds (-A x is monotone in x and so
     is its rounding). Padding tokens of d are left as computed: the backward pass zeroes
     them. Low/high-clipped counts sum [rho < 1 - eps_low], [rho > 1 + eps_high] (padding
-    has rho = 1, inside the band) times [A < 0], [A > 0]; min/max of r over valid tokens
+    has rho = 1, inside the band) times [A < 0], [A > 0] (per token, or by the caller on the
+    row sums for row-constant advantages); min/max of r over valid tokens
     use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set by the caller).
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
@@ -131,11 +123,13 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
     torch.ne(banded, ratio, out=outside)
-    for compare, bound, side, row in ((torch.lt, clip.low, a < 0, 3), (torch.gt, clip.high, a > 0, 4)):
+    for compare, bound, row in ((torch.lt, clip.low, 3), (torch.gt, clip.high, 4)):
         flags = compare(ratio, bound, out=pg)
         if not clip.padding_in_band:
             flags.mul_(valid)
-        _row_count(flags, side.to(flags.dtype), o[row])
+        if a.shape[-1] != 1:  # per-token advantages; a row-constant sign is applied by the caller
+            flags.mul_((a < 0 if row == 3 else a > 0).to(flags.dtype))
+        torch.sum(flags, dim=-1, out=o[row])
     neg_a = -a
     u, c = ratio.mul_(neg_a), banded.mul_(neg_a)
     torch.maximum(u, c, out=pg)
@@ -152,8 +146,7 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         if k.deriv is not None:
             k.deriv.mul_(k.w)
         pg.mul_(k.w)
-    pg.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    torch.sum(pg, dim=-1, out=o[0])
+    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # NaN counts as 0 (padding times inf, NaN A or w)
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
     invalid = valid.neg_().add_(1.0)
@@ -187,6 +180,10 @@ class _TokenRowSums(torch.autograd.Function):
         inputs = (log_probs, old, mask, advantages, weights)
         for start in range(0, batch, step):
             _forward_block(_Block(slice(start, min(batch, start + step)), inputs, dtype, out, deriv, work), clip)
+        if advantages.dim() == 1 or advantages.shape[-1] == 1:  # clipped counts: A < 0 low, A > 0 high
+            a = advantages.reshape(batch)
+            out[3].mul_(a < 0)
+            out[4].mul_(a > 0)
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
