@@ -279,6 +279,83 @@ def test_bounds_are_inclusive_like_clamp(name, impl):
         assert bool((grad[:2] != 0).all())
 
 
+def _next_ratio(r: float, up: bool) -> tuple[float, float]:
+    """(r', exp(r')) in float32 with exp(r') the float32 neighbour of exp(r), above or below."""
+    start = torch.exp(torch.tensor(r))
+    target = torch.nextafter(start, torch.tensor(math.inf if up else -math.inf))
+    x = torch.tensor(r)
+    while torch.exp(x) != target:
+        x = torch.nextafter(x, torch.tensor(math.inf if up else -math.inf))
+    return x.item(), target.item()
+
+
+def _tie_advantage(edge: float, beyond: float) -> float:
+    """A float32 A > 0 whose -A * beyond and -A * edge round to the same float32."""
+    edge_t, beyond_t = torch.tensor(edge), torch.tensor(beyond)
+    for k in range(1, 1 << 14):
+        a = torch.tensor(1.0 + k * 2.0**-12)
+        if -a * edge_t == -a * beyond_t:
+            return a.item()
+    raise AssertionError("no tie found")
+
+
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+@pytest.mark.parametrize("name", TOKEN_LOSSES)
+def test_token_band_edges_ties_and_bound(name, dual_clip):
+    """Ratios exactly on 1 - eps_low and 1 + eps_high (clamp passes the gradient), one float32
+    step outside them where -A * rho and -A * (band edge) round to the same float (a tie of
+    torch.maximum: half the gradient), log ratios exactly on +-R and beyond, NaN/inf padding:
+    the fused loss's saved derivative gives eager's gradient, zero pattern included."""
+    hi_r, low_r = 0.25, -0.25
+    high, low = torch.exp(torch.tensor(hi_r)).item(), torch.exp(torch.tensor(low_r)).item()
+    above_r, above = _next_ratio(hi_r, up=True)
+    below_r, below = _next_ratio(low_r, up=False)
+    a_high, a_low = _tie_advantage(high, above), _tie_advantage(low, below)
+    r = torch.tensor(
+        [
+            [hi_r, above_r, 0.5, 0.0, math.nan, math.inf],  # A > 0: edge, tie, clipped, inside
+            [2.0, 2.5, -2.0, hi_r, 0.1, -math.inf],  # A < 0: r = R, beyond R, r = -R (clipped)
+            [low_r, below_r, -0.5, 0.0, 0.0, 0.0],  # A > 0: edge, tie, unclipped below the band
+        ]
+    )
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    old = torch.zeros_like(r)  # log_probs - old = r exactly
+    inputs = LossInputs(old + r, old, torch.tensor([a_high, -1.0, a_low]), mask)
+    params = _params(name, {"log_ratio_bound": 2.0, "dual_clip": dual_clip}, (1.0 - low, high - 1.0))
+    assert 1.0 + params["eps_high"] == high and 1.0 - params["eps_low"] == low
+    assert_agree(name, inputs, BatchInfo(), params, "torch")
+    _, grad = run(name, inputs, BatchInfo(), params, "torch")
+    assert torch.equal(grad[~mask], torch.zeros(int((~mask).sum())))
+    assert bool((grad[0, :2] != 0).all()) and grad[0, 2] == 0 and bool((grad[2, :3] != 0).all())
+    torch.testing.assert_close(grad[0, 1], grad[0, 0] / 2 * above / high, rtol=1e-6, atol=0)  # half on a tie
+    torch.testing.assert_close(grad[2, 1], grad[2, 0] / 2 * below / low, rtol=1e-6, atol=0)
+    if dual_clip is None:
+        assert grad[1, 0] != 0 and grad[1, 1] == 0 and grad[1, 2] == 0
+
+
+@pytest.mark.parametrize("name", TOKEN_LOSSES)
+@pytest.mark.parametrize("upstream", [math.inf, math.nan])
+def test_token_padding_gradient_is_zero_for_a_non_finite_upstream_gradient(name, upstream):
+    """An infinite or NaN dLoss/dS_i: padding stays exactly +0, as eager's where gives, and
+    every token with a gradient in eager has the same non-finite one (a clipped valid token
+    gets g_i * 0 = NaN here, eager's clamp/maximum backward gives it 0)."""
+    g = torch.Generator().manual_seed(11)
+    old = -torch.rand(3, 9, generator=g)
+    log_probs = old + 0.4 * torch.randn(3, 9, generator=g)
+    mask = torch.rand(3, 9, generator=g) < 0.6
+    log_probs[~mask] = math.nan
+    grads = []
+    for impl in ("torch", "eager"):
+        x = log_probs.clone().requires_grad_()
+        inputs = LossInputs(x, old, torch.tensor([1.0, -1.0, 0.5]), mask)
+        out = get_loss(name).fn(inputs, BatchInfo(), impl=impl, **get_loss(name).defaults)
+        (grad,) = torch.autograd.grad(out.loss, x, torch.tensor(upstream))
+        grads.append(grad)
+    moved = grads[1] != 0
+    torch.testing.assert_close(grads[0][moved], grads[1][moved], equal_nan=True)
+    assert torch.equal(grads[0][~mask], torch.zeros(int((~mask).sum()))) and not torch.signbit(grads[0][~mask]).any()
+
+
 def test_row_sums_gradcheck_float64():
     """Finite differences confirm d sum_clipped_i / d log_probs_t = active_t (away from the bounds)."""
     g = torch.Generator().manual_seed(3)

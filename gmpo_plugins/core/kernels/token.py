@@ -103,8 +103,10 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     as -A * clamp(rho, lower, upper) with one-sided bounds (-A x is monotone in x and so
     is its rounding). Padding tokens of d are left as computed: the backward pass zeroes
     them. Low/high-clipped counts sum [rho < 1 - eps_low], [rho > 1 + eps_high] (padding
-    has rho = 1, inside the band) times [A < 0], [A > 0] (per token, or by the caller on the
-    row sums for row-constant advantages); min/max of r over valid tokens
+    has rho = 1, inside the band) times [A < 0], [A > 0]; for row-constant advantages the
+    block writes the row sums of [rho < 1 - eps_low] and of out, and the caller keeps the
+    first where A < 0 and their difference where A > 0 (exact: integer sums). Min/max of r
+    over valid tokens
     use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set by the caller).
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
@@ -123,13 +125,13 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
     torch.ne(banded, ratio, out=outside)
-    for compare, bound, row in ((torch.lt, clip.low, 3), (torch.gt, clip.high, 4)):
-        flags = compare(ratio, bound, out=pg)
-        if not clip.padding_in_band:
-            flags.mul_(valid)
-        if a.shape[-1] != 1:  # per-token advantages; a row-constant sign is applied by the caller
-            flags.mul_((a < 0 if row == 3 else a > 0).to(flags.dtype))
-        torch.sum(flags, dim=-1, out=o[row])
+    if a.shape[-1] == 1 and clip.padding_in_band:  # below and outside; the caller keeps one per row
+        torch.sum(torch.lt(ratio, clip.low, out=pg), dim=-1, out=o[3])
+        torch.sum(outside, dim=-1, out=o[4])
+    else:
+        for compare, bound, side, row in ((torch.lt, clip.low, a < 0, 3), (torch.gt, clip.high, a > 0, 4)):
+            flags = compare(ratio, bound, out=pg).mul_(valid)
+            torch.sum(flags.mul_(side.to(flags.dtype)), dim=-1, out=o[row])
     neg_a = -a
     u, c = ratio.mul_(neg_a), banded.mul_(neg_a)
     torch.maximum(u, c, out=pg)
@@ -180,10 +182,10 @@ class _TokenRowSums(torch.autograd.Function):
         inputs = (log_probs, old, mask, advantages, weights)
         for start in range(0, batch, step):
             _forward_block(_Block(slice(start, min(batch, start + step)), inputs, dtype, out, deriv, work), clip)
-        if advantages.dim() == 1 or advantages.shape[-1] == 1:  # clipped counts: A < 0 low, A > 0 high
-            a = advantages.reshape(batch)
+        if (advantages.dim() == 1 or advantages.shape[-1] == 1) and clip.padding_in_band:
+            a = advantages.reshape(batch)  # out[3:5] hold (below, outside the band): low if A < 0, high if A > 0
+            out[4].sub_(out[3]).mul_(a > 0)
             out[3].mul_(a < 0)
-            out[4].mul_(a > 0)
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
@@ -205,11 +207,12 @@ class _TokenRowSums(torch.autograd.Function):
         grad = torch.empty((batch, length), dtype=ctx.grad_dtype, device=deriv.device)
         bits = grad.view(_SAME_WIDTH_INT[grad.dtype])
         step = _rows_per_block(batch, length, deriv.device)
+        valid = torch.empty((min(step, batch), length), dtype=bits.dtype, device=deriv.device)
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
             torch.mul(deriv[rows], grad_sum[rows, None], out=grad[rows])
-            valid = mask[rows] if mask.dtype == torch.bool else mask[rows] != 0
-            bits[rows].mul_(valid.view(torch.uint8))
+            m = mask[rows] if mask.dtype == torch.bool else mask[rows] != 0
+            bits[rows].mul_(valid[: rows.stop - start].copy_(m.view(torch.uint8)))  # same-dtype product: faster
         return grad, None, None, None, None, None
 
 
