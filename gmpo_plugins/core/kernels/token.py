@@ -67,11 +67,11 @@ class _Block:
         deriv: torch.Tensor | None,
         work: torch.Tensor,
     ) -> None:
-        log_probs, old, mask, advantages, weights = (None if t is None else t[rows] for t in inputs)
-        self.log_probs, self.old, self.mask = log_probs, _exact_in(old, dtype), mask
-        a = advantages.to(dtype)
+        log_probs, old, mask, advantages, weights = inputs
+        self.log_probs, self.old, self.mask = log_probs[rows], _exact_in(old[rows], dtype), mask[rows]
+        a = advantages[rows].to(dtype)
         self.a = a[:, None] if a.dim() == 1 else a
-        w = None if weights is None else _exact_in(weights, dtype)
+        w = None if weights is None else _exact_in(weights[rows], dtype)
         self.w = w[:, None] if w is not None and w.dim() == 1 else w
         self.out, self.deriv = out[:, rows], None if deriv is None else deriv[rows]
         self.work = work[:, : rows.stop - rows.start]
