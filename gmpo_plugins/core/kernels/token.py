@@ -151,7 +151,7 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # NaN counts as 0 (padding times inf, NaN A or w)
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
-    invalid = valid.neg_().add_(1.0)
+    invalid = torch.sub(torch.ones((), dtype=valid.dtype, device=valid.device), valid, out=valid)
     torch.amin(torch.add(r, invalid, alpha=big, out=pg), dim=-1, out=o[5])
     torch.amax(torch.add(r, invalid, alpha=-big, out=pg), dim=-1, out=o[6])
 
