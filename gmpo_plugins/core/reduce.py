@@ -106,7 +106,7 @@ def row_weights(
     if batch.global_batch_size is None:
         require_global_count(batch, "global_batch_size")
         return per_row / rows.sum().clamp_min(1)
-    return per_row * (batch.dp_size / batch.global_batch_size)
+    return per_row * batch.dp_size / batch.global_batch_size  # a count given as a tensor divides in per_row's dtype
 
 
 def reduce_sequences(seq_loss: torch.Tensor, rows: torch.Tensor, batch: BatchInfo) -> torch.Tensor:

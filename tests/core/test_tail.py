@@ -143,3 +143,12 @@ def test_gmpo_forward_backward_dispatches_at_most_12_compute_ops(shape):
     assert ops.by_name["gmpo_plugins.sequence_rows.default"] == 1
     assert ops.by_name["gmpo_plugins.sequence_rows_backward.default"] == 1
     assert ops.expanded_compute_ops > ops.compute_ops  # the pass and the epilogue run inside the operators
+
+
+@pytest.mark.parametrize("reduction, field", [(SEQUENCE, "global_batch_size"), ("token-mean", "global_num_tokens")])
+def test_row_weights_keep_the_rows_precision_with_a_float32_count(reduction, field):
+    """A framework's count as a float32 tensor (OpenRLHF, TRL) must not round a float64 loss
+    to float32: 1/3 is not a float32 number."""
+    batch = BatchInfo(dp_size=1, **{field: torch.tensor(3.0)})
+    expected = ROWS / 3 if reduction == SEQUENCE else torch.ones_like(COUNT) / 3
+    torch.testing.assert_close(row_weights(COUNT, ROWS, batch, reduction), expected, rtol=1e-15, atol=0)
