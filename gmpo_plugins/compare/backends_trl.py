@@ -31,10 +31,9 @@ from typing import Any, cast
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
-from gmpo_plugins.compare.backends import Metric
+from gmpo_plugins.compare.backends import Metric, PolicyLossCall
 from gmpo_plugins.compare.references_trl import SingleProcessAccelerator
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.core.types import BatchInfo
 
 
 def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -105,37 +104,31 @@ class TrlBackend:
             self._settings[key] = (args, loss_hparams_from_args(args, get_loss(loss_name), extra))
         return self._settings[key]
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
-        args, loss_hparams = self._config(loss_name, hparams)
-        rows, length = mask.shape
-        processes = batch_info.dp_size
-        sequences = rows * processes if batch_info.global_batch_size is None else batch_info.global_batch_size
-        tokens = mask.sum() * processes if batch_info.global_num_tokens is None else batch_info.global_num_tokens
+        call.require_no_rollout_is_weights(self.name)
+        args, loss_hparams = self._config(call.loss_name, call.hparams)
+        rows, length = call.mask.shape
+        info = call.batch_info
+        processes = info.dp_size
+        sequences = rows * processes if info.global_batch_size is None else info.global_batch_size
+        tokens = call.mask.sum() * processes if info.global_num_tokens is None else info.global_num_tokens
         accumulation = float(sequences) / (rows * processes)
         args.steps_per_generation = accumulation
-        device = log_probs.device
+        device = call.log_probs.device
         inputs = {
             "prompt_ids": torch.zeros(rows, 1, dtype=torch.long, device=device),
             "prompt_mask": torch.ones(rows, 1, dtype=torch.long, device=device),
             "completion_ids": torch.zeros(rows, length, dtype=torch.long, device=device),
-            "completion_mask": mask.long(),
-            "advantages": advantages,
-            "old_per_token_logps": old_log_probs,
+            "completion_mask": call.mask.long(),
+            "advantages": call.advantages,
+            "old_per_token_logps": call.old_log_probs,
             "num_items_in_batch": torch.as_tensor(tokens, device=device),
         }
-        stand_in = _TrainerStandIn(args, get_loss(loss_name), loss_hparams, log_probs, accumulation, processes)
+        stand_in = _TrainerStandIn(
+            args, get_loss(call.loss_name), loss_hparams, call.log_probs, accumulation, processes
+        )
         # the stand-in carries every attribute _compute_loss reads (see _TrainerStandIn)
         loss = RegistryGRPOTrainer._compute_loss(cast(RegistryGRPOTrainer, stand_in), None, inputs)
         metrics: dict[str, Metric] = {}

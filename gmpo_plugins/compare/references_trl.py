@@ -19,11 +19,13 @@ Metrics are returned under the core's names so they compare directly:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
+from gmpo_plugins.compare.backends import Metric, PolicyLossCall
 from gmpo_plugins.core.types import LossOutput
 
 # TRL logs its KL term as "kl", the core's name too
@@ -130,18 +132,19 @@ class TrlGMPOBackend:
     def supports(self, loss_name: str) -> bool:
         return loss_name == "gmpo"
 
-    def policy_loss(self, *, log_probs, old_log_probs, advantages, mask, loss_name, hparams, batch_info):
-        if loss_name != "gmpo":
-            raise ValueError(f"loss_name: TRL's GMPOTrainer computes only 'gmpo', got {loss_name!r}")
-        rows = mask.shape[0]
-        total = rows * batch_info.dp_size if batch_info.global_batch_size is None else batch_info.global_batch_size
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        if call.loss_name != "gmpo":
+            raise ValueError(f"loss_name: TRL's GMPOTrainer computes only 'gmpo', got {call.loss_name!r}")
+        call.require_no_rollout_is_weights(self.name)
+        rows, processes = call.mask.shape[0], call.batch_info.dp_size
+        total = rows * processes if call.batch_info.global_batch_size is None else call.batch_info.global_batch_size
         out = trl_gmpo_reference(
-            log_probs,
-            old_log_probs,
-            advantages,
-            mask,
-            eps_low=hparams["eps_low"],
-            eps_high=hparams["eps_high"],
-            accumulation_steps=float(total) / (rows * batch_info.dp_size),
+            call.log_probs,
+            call.old_log_probs,
+            call.advantages,
+            call.mask,
+            eps_low=call.hparams["eps_low"],
+            eps_high=call.hparams["eps_high"],
+            accumulation_steps=float(total) / (rows * processes),
         )
         return out.loss, out.metrics

@@ -11,6 +11,7 @@ from gmpo_plugins.compare.backends import (
     FRAMEWORKS,
     BackendError,
     CoreBackend,
+    PolicyLossCall,
     Runner,
     framework_info,
     load_backend,
@@ -61,13 +62,15 @@ def test_core_backend_is_the_registry_loss():
     batch = BatchInfo(dp_size=1, global_batch_size=3, global_num_tokens=15)
     hparams = get_loss("gmpo").resolve({})
     loss, metrics = CoreBackend().policy_loss(
-        log_probs=log_probs,
-        old_log_probs=old,
-        advantages=advantages,
-        mask=mask,
-        loss_name="gmpo",
-        hparams=hparams,
-        batch_info=batch,
+        PolicyLossCall(
+            log_probs=log_probs,
+            old_log_probs=old,
+            advantages=advantages,
+            mask=mask,
+            loss_name="gmpo",
+            hparams=hparams,
+            batch_info=batch,
+        )
     )
     expected = get_loss("gmpo")(LossInputs(log_probs, old, advantages, mask), batch)
     assert torch.equal(loss, expected.loss)
