@@ -62,7 +62,7 @@ import importlib.util
 import json
 import os
 import subprocess
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -198,9 +198,13 @@ class OwnLosses:
 
     Args:
         names: registry loss name -> the framework's name of its own implementation.
+        label: the implementations in a parity target's label (e.g. "ppo/gspo").
+        note: the parity target's note.
     """
 
     names: Mapping[str, str]
+    label: str
+    note: str
 
     def supports(self, loss_name: str) -> bool:
         """Whether the framework implements ``loss_name`` itself (a built-in, not a plugin's
@@ -212,6 +216,15 @@ class OwnLosses:
         """The framework's name of the loss: its own implementation (``own``), else the
         adapter's registration ``prefix + loss_name``."""
         return self.names[loss_name] if own else prefix + loss_name
+
+
+def adapter_and_own_targets(
+    framework: str, backend: Callable[[bool], LossBackend], adapter_note: str, own: OwnLosses
+) -> Iterator[ParityTarget]:
+    """The parity targets of a framework whose backend also runs its own implementations:
+    ``backend(False)``, the adapter, and ``backend(True)``, a reference (built when reached)."""
+    yield ParityTarget(f"{framework} adapter", "adapter", backend(False), note=adapter_note)
+    yield ParityTarget(f"{framework} {own.label} (own)", "reference", backend(True), note=own.note)
 
 
 @dataclass(frozen=True)

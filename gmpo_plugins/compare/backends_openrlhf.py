@@ -41,13 +41,16 @@ from gmpo_plugins.compare.backends import (
     OwnLosses,
     ParityTarget,
     PolicyLossCall,
+    adapter_and_own_targets,
     refuse_uncarried,
 )
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 
 CARRIED = ("eps_low", "eps_high", "dual_clip", "reduction")
-OWN = OwnLosses({"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"})  # OpenRLHF's own implementation of a registry loss
+OWN = OwnLosses(
+    {"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"}, "ppo/gspo", "OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo"
+)
 
 
 def policy_loss_kwargs(loss_name: str, hparams: Mapping[str, Any], policy_loss_type: str) -> dict[str, Any]:
@@ -124,12 +127,6 @@ def make_backend() -> OpenRLHFBackend:
     return OpenRLHFBackend()
 
 
-def parity_targets() -> Iterator[Any]:
+def parity_targets() -> Iterator[ParityTarget]:
     """The adapter, and OpenRLHF's own ppo / gspo as references."""
-    yield ParityTarget("openrlhf adapter", "adapter", OpenRLHFBackend(), note="patched PolicyLoss")
-    yield ParityTarget(
-        "openrlhf ppo/gspo (own)",
-        "reference",
-        OpenRLHFBackend(own=True),
-        note="OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo",
-    )
+    return adapter_and_own_targets("openrlhf", OpenRLHFBackend, "patched PolicyLoss", OWN)

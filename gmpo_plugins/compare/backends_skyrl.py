@@ -44,6 +44,7 @@ from gmpo_plugins.compare.backends import (
     OwnLosses,
     ParityTarget,
     PolicyLossCall,
+    adapter_and_own_targets,
     refuse_uncarried,
     strip_prefix,
 )
@@ -61,7 +62,11 @@ SKYRL_REDUCTION = {
     "seq-mean-token-mean": "sequence_mean",
     "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
 }
-OWN = OwnLosses({"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"})  # SkyRL's own
+OWN = OwnLosses(
+    {"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"},
+    "regular/gspo",
+    "SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
+)
 METRIC_PREFIX = "gmpo/"
 
 
@@ -151,10 +156,4 @@ def make_backend() -> SkyRLBackend:
 
 def parity_targets() -> Iterator[ParityTarget]:
     """The adapter, and SkyRL's own regular / gspo as references."""
-    yield ParityTarget("skyrl adapter", "adapter", SkyRLBackend(), note="PolicyLossRegistry, SkyRL's pre-scaling")
-    yield ParityTarget(
-        "skyrl regular/gspo (own)",
-        "reference",
-        SkyRLBackend(own=True),
-        note="SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
-    )
+    return adapter_and_own_targets("skyrl", SkyRLBackend, "PolicyLossRegistry, SkyRL's pre-scaling", OWN)
