@@ -70,7 +70,7 @@ class TensorTrainer:
 def completion_inputs(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """The batch a TRL ``_compute_loss`` reads, for a :class:`TensorTrainer`: one dummy prompt
+    """The batch a TRL ``_compute_loss`` reads, for a ``TensorTrainer``: one dummy prompt
     token, B zero completion ids of width T (the stand-in ignores them), ``mask`` (B, T) as
     int64, ``advantages`` (B,) and ``old_log_probs`` (B, T) as given."""
     rows, length = mask.shape
