@@ -49,7 +49,9 @@ from gmpo_plugins.core.registry import get_loss
 
 CARRIED = ("eps_low", "eps_high", "dual_clip", "reduction")
 OWN = OwnLosses(
-    {"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"}, "ppo/gspo", "OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo"
+    names={"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"},
+    label="ppo/gspo",
+    note="OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo",
 )
 
 

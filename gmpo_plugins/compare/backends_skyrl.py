@@ -63,9 +63,9 @@ SKYRL_REDUCTION = {
     "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
 }
 OWN = OwnLosses(
-    {"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"},
-    "regular/gspo",
-    "SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
+    names={"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"},
+    label="regular/gspo",
+    note="SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
 )
 METRIC_PREFIX = "gmpo/"
 
