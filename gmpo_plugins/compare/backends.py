@@ -4,7 +4,7 @@ framework's own call path, and where each framework runs.
 The trainer (``gmpo_plugins.compare.trainer``) owns everything except the loss: sampling,
 rewards, advantages, the model's log-probs, the optimizer. For every mini-batch it calls
 
-    loss, metrics = backend.policy_loss(
+    loss, metrics = backend.policy_loss(PolicyLossCall(
         log_probs=...,      # (B, T) float32, requires grad: current policy, response tokens
         old_log_probs=...,  # (B, T) float32, detached: policy that sampled the rollout
         advantages=...,     # (B,)   float32: group-normalised, one per sequence
@@ -14,7 +14,7 @@ rewards, advantages, the model's log-probs, the optimizer. For every mini-batch 
                             # units (spec.resolve({})): eps_low/eps_high are in log space
                             # for spec.clip_space == "log", ratio space for "ratio"
         batch_info=BatchInfo(dp_size=1, global_batch_size=B, global_num_tokens=mask.sum()),
-    )
+    ))
     loss.backward()
 
 and steps the optimizer. Identical tensors go into every backend, so for one seed every
@@ -31,7 +31,9 @@ Writing a backend for framework ``X`` (an adapter author's job):
    log_ratio_min, log_ratio_max, seq_weight_min, seq_weight_mean, seq_weight_max``.
    Metrics a framework does not report may be left out (shown as "-"). Values may be
    floats or 0-dim tensors. ``supports(loss_name)`` says which registry losses it runs;
-   ``compare`` rejects the others with a usage error.
+   ``compare`` rejects the others with a usage error. ``PolicyLossCall.token_advantages``,
+   ``refuse_uncarried``, ``strip_prefix`` and ``OwnLosses`` are the translations several
+   backends share.
 2. Add a ``FrameworkInfo`` line to ``FRAMEWORKS`` below (name, module, the framework's
    import name).
 3. Optionally define ``parity_targets() -> Iterable[ParityTarget]`` in the same module
@@ -60,7 +62,7 @@ import importlib.util
 import json
 import os
 import subprocess
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -81,6 +83,45 @@ class BackendError(Exception):
     """A framework that cannot be used as asked (not installed, no adapter, unsupported loss)."""
 
 
+@dataclass(frozen=True)
+class PolicyLossCall:
+    """One mini-batch's policy-loss call in core tensors and core names (module docstring).
+
+    Args:
+        log_probs: (B, T) current policy's log-probs of the response tokens (requires grad).
+        old_log_probs: (B, T) log-probs of the policy that sampled the rollout (detached).
+        advantages: (B,) one per sequence, or (B, T) per token.
+        mask: (B, T) valid response tokens.
+        loss_name: a name of the gmpo_plugins registry.
+        hparams: the loss's complete hyper-parameters in core names and units (``spec.resolve({})``).
+        batch_info: the global counts the loss normalises by.
+        rollout_is_weights: (B, T) rollout importance-sampling weights, or None; only backends with
+            ``accepts_rollout_is_weights = True`` take them (``require_no_rollout_is_weights``).
+    """
+
+    log_probs: torch.Tensor
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    loss_name: str
+    hparams: Mapping[str, Any]
+    batch_info: BatchInfo
+    rollout_is_weights: torch.Tensor | None = None
+
+    def token_advantages(self, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) advantages: (B,) advantages spread over ``mask`` (the call's mask in the
+        framework's dtype), A_i * m_it, as GRPO lays them out per token; (B, T) ones as given."""
+        return self.advantages[:, None] * mask if self.advantages.dim() == 1 else self.advantages
+
+    def require_no_rollout_is_weights(self, backend: str) -> None:
+        """BackendError when this call carries rollout IS weights that ``backend`` cannot apply."""
+        if self.rollout_is_weights is not None:
+            raise BackendError(
+                f"{backend}: rollout_is_weights: this backend does not take rollout IS weights "
+                "(accepts_rollout_is_weights is False); expected None"
+            )
+
+
 class LossBackend(Protocol):
     """The policy loss of one framework, called with core tensors and core names."""
 
@@ -89,17 +130,7 @@ class LossBackend(Protocol):
     def supports(self, loss_name: str) -> bool:
         """Whether ``policy_loss`` can compute the registry loss ``loss_name``."""
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         """Scalar loss to back-propagate and metrics under core names (module docstring)."""
 
 
@@ -124,21 +155,76 @@ class CoreBackend:
         get_loss(loss_name)
         return True
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-        rollout_is_weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
-        inputs = LossInputs(log_probs, old_log_probs, advantages, mask, rollout_is_weights=rollout_is_weights)
-        out = get_loss(loss_name)(inputs, batch_info, **hparams)
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        inputs = LossInputs(
+            call.log_probs, call.old_log_probs, call.advantages, call.mask, rollout_is_weights=call.rollout_is_weights
+        )
+        out = get_loss(call.loss_name)(inputs, call.batch_info, **call.hparams)
         return out.loss, out.metrics
+
+
+def refuse_uncarried(
+    framework: str, where: str, loss_name: str, hparams: Mapping[str, Any], carried: Iterable[str]
+) -> None:
+    """BackendError for the first of ``hparams`` that ``framework`` cannot carry (its name is
+    not in ``carried``) and that differs from the registry default of ``loss_name``.
+
+    Args:
+        framework: the framework's name, first in the message.
+        where: what carries the hyper-parameters there (e.g. "verl's actor config").
+        loss_name: the registry loss whose defaults apply.
+        hparams: core names and values.
+        carried: the core names the framework translates.
+    """
+    names = sorted(carried)
+    defaults = get_loss(loss_name).defaults
+    for name, value in hparams.items():
+        if name not in names and value != defaults.get(name):
+            raise BackendError(
+                f"{framework}: {loss_name} hyper-parameter {name}={value!r} cannot be set through {where} "
+                f"(only {names}); keep its default {defaults.get(name)!r}"
+            )
+
+
+def strip_prefix(metrics: Mapping[str, Metric], prefix: str) -> dict[str, Metric]:
+    """The metrics whose key starts with ``prefix``, under the key without it."""
+    return {key[len(prefix) :]: value for key, value in metrics.items() if key.startswith(prefix)}
+
+
+@dataclass(frozen=True)
+class OwnLosses:
+    """A framework's own implementations of built-in registry losses, the parity references
+    of its backend with ``own=True``.
+
+    Args:
+        names: registry loss name -> the framework's name of its own implementation.
+        label: the implementations in a parity target's label (e.g. "ppo/gspo").
+        note: the parity target's note.
+    """
+
+    names: Mapping[str, str]
+    label: str
+    note: str
+
+    def supports(self, loss_name: str) -> bool:
+        """Whether the framework implements ``loss_name`` itself (a built-in, not a plugin's
+        loss of the same name); the registry's error for an unknown name."""
+        spec = get_loss(loss_name)
+        return loss_name in self.names and spec.provider == "gmpo-plugins"
+
+    def loss_type(self, loss_name: str, own: bool, prefix: str) -> str:
+        """The framework's name of the loss: its own implementation (``own``), else the
+        adapter's registration ``prefix + loss_name``."""
+        return self.names[loss_name] if own else prefix + loss_name
+
+
+def adapter_and_own_targets(
+    framework: str, backend: Callable[[bool], LossBackend], adapter_note: str, own: OwnLosses
+) -> Iterator[ParityTarget]:
+    """The parity targets of a framework whose backend also runs its own implementations:
+    ``backend(False)``, the adapter, and ``backend(True)``, a reference (built when reached)."""
+    yield ParityTarget(f"{framework} adapter", "adapter", backend(False), note=adapter_note)
+    yield ParityTarget(f"{framework} {own.label} (own)", "reference", backend(True), note=own.note)
 
 
 @dataclass(frozen=True)

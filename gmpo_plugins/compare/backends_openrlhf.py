@@ -35,24 +35,30 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import BackendError, Metric, ParityTarget
+from gmpo_plugins.compare.backends import (
+    BackendError,
+    Metric,
+    OwnLosses,
+    ParityTarget,
+    PolicyLossCall,
+    adapter_and_own_targets,
+    refuse_uncarried,
+)
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.core.types import BatchInfo
 
 CARRIED = ("eps_low", "eps_high", "dual_clip", "reduction")
-OWN = {"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"}  # OpenRLHF's own implementation of a registry loss
+OWN = OwnLosses(
+    names={"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"},
+    label="ppo/gspo",
+    note="OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo",
+)
 
 
 def policy_loss_kwargs(loss_name: str, hparams: Mapping[str, Any], policy_loss_type: str) -> dict[str, Any]:
     """OpenRLHF PolicyLoss constructor arguments carrying ``hparams`` of ``loss_name``."""
     spec = get_loss(loss_name)
-    for name, value in hparams.items():
-        if name not in CARRIED and value != spec.defaults.get(name):
-            raise BackendError(
-                f"openrlhf: {loss_name} hyper-parameter {name}={value!r} cannot be set through OpenRLHF's "
-                f"PolicyLoss (only {list(CARRIED)}); keep its default {spec.defaults.get(name)!r}"
-            )
+    refuse_uncarried("openrlhf", "OpenRLHF's PolicyLoss", loss_name, hparams, CARRIED)
     reduction = hparams.get("reduction")
     return {
         "clip_eps_low": hparams.get("eps_low", 0.2),
@@ -83,53 +89,38 @@ class OpenRLHFBackend:
         self._modules: dict[tuple, Any] = {}
         self.name = "openrlhf own" if own else "openrlhf"
 
-    def _policy_loss_type(self, loss_name: str) -> str:
-        from gmpo_plugins.adapters.openrlhf.options import PREFIX
-
-        return OWN[loss_name] if self._own else PREFIX + loss_name
-
     def supports(self, loss_name: str) -> bool:
         from gmpo_plugins.adapters.openrlhf.options import OpenRLHFConfigError
 
-        spec = get_loss(loss_name)
         if self._own:
-            return loss_name in OWN and spec.provider == "gmpo-plugins"
+            return OWN.supports(loss_name)
         try:
-            self._module(loss_name, spec.resolve({}))
+            self._module(loss_name, get_loss(loss_name).resolve({}))
         except (OpenRLHFConfigError, BackendError):
             return False
         return True
 
     def _module(self, loss_name: str, hparams: Mapping[str, Any]):
-        kwargs = policy_loss_kwargs(loss_name, hparams, self._policy_loss_type(loss_name))
+        from gmpo_plugins.adapters.openrlhf.options import PREFIX
+
+        kwargs = policy_loss_kwargs(loss_name, hparams, OWN.loss_type(loss_name, self._own, PREFIX))
         key = tuple(sorted(kwargs.items()))
         if key not in self._modules:
             self._modules[key] = self._policy_loss_class(**kwargs)
         return self._modules[key]
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
-        action_mask = mask.to(torch.long)
-        if advantages.dim() == 1:
-            advantages = advantages[:, None] * action_mask
-        loss, clip_ratio, ppo_kl, _, _ = self._module(loss_name, hparams)(
-            log_probs,
-            old_log_probs,
-            advantages,
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        call.require_no_rollout_is_weights(self.name)
+        action_mask = call.mask.to(torch.long)
+        loss, clip_ratio, ppo_kl, _, _ = self._module(call.loss_name, call.hparams)(
+            call.log_probs,
+            call.old_log_probs,
+            call.token_advantages(action_mask),
             action_mask=action_mask,
             rollout_log_probs=None,
-            dp_size=batch_info.dp_size,
-            batch_num_tokens=_count(batch_info.global_num_tokens, mask.device),
-            global_batch_size=_count(batch_info.global_batch_size, mask.device),
+            dp_size=call.batch_info.dp_size,
+            batch_num_tokens=_count(call.batch_info.global_num_tokens, call.mask.device),
+            global_batch_size=_count(call.batch_info.global_batch_size, call.mask.device),
         )
         return loss, {"policy_loss": loss.detach(), "clip_frac": clip_ratio, "ppo_kl": ppo_kl}
 
@@ -138,12 +129,6 @@ def make_backend() -> OpenRLHFBackend:
     return OpenRLHFBackend()
 
 
-def parity_targets() -> Iterator[Any]:
+def parity_targets() -> Iterator[ParityTarget]:
     """The adapter, and OpenRLHF's own ppo / gspo as references."""
-    yield ParityTarget("openrlhf adapter", "adapter", OpenRLHFBackend(), note="patched PolicyLoss")
-    yield ParityTarget(
-        "openrlhf ppo/gspo (own)",
-        "reference",
-        OpenRLHFBackend(own=True),
-        note="OpenRLHF's own PolicyLoss ppo (grpo, dapo) and gspo",
-    )
+    return adapter_and_own_targets("openrlhf", OpenRLHFBackend, "patched PolicyLoss", OWN)

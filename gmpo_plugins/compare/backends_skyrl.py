@@ -38,7 +38,16 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import BackendError, Metric, ParityTarget
+from gmpo_plugins.compare.backends import (
+    BackendError,
+    Metric,
+    OwnLosses,
+    ParityTarget,
+    PolicyLossCall,
+    adapter_and_own_targets,
+    refuse_uncarried,
+    strip_prefix,
+)
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
@@ -53,7 +62,11 @@ SKYRL_REDUCTION = {
     "seq-mean-token-mean": "sequence_mean",
     "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
 }
-OWN = {"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"}  # SkyRL's own implementation
+OWN = OwnLosses(
+    names={"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"},
+    label="regular/gspo",
+    note="SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
+)
 METRIC_PREFIX = "gmpo/"
 
 
@@ -61,12 +74,7 @@ def algorithm_fields(loss_name: str, hparams: Mapping[str, Any], width: int) -> 
     """SkyRL ``trainer.algorithm`` fields carrying ``hparams`` of ``loss_name``; ``width`` is
     the padded T (the core's default constant length)."""
     spec = get_loss(loss_name)
-    for name, value in hparams.items():
-        if name not in FIELDS and value != spec.defaults.get(name):
-            raise BackendError(
-                f"skyrl: {loss_name} hyper-parameter {name}={value!r} cannot be set through SkyRL's "
-                f"trainer.algorithm config (only {sorted(FIELDS)}); keep its default {spec.defaults.get(name)!r}"
-            )
+    refuse_uncarried("skyrl", "SkyRL's trainer.algorithm config", loss_name, hparams, FIELDS)
     if "reduction" in hparams:
         reduction = SKYRL_REDUCTION[hparams["reduction"]]
     else:
@@ -101,56 +109,41 @@ class SkyRLBackend:
         self._own = own
         self.name = "skyrl own" if own else "skyrl"
 
-    def _policy_loss_type(self, loss_name: str) -> str:
-        from gmpo_plugins.adapters.skyrl import PREFIX
-
-        return OWN[loss_name] if self._own else PREFIX + loss_name
-
     def supports(self, loss_name: str) -> bool:
-        spec = get_loss(loss_name)
         if self._own:
-            return loss_name in OWN and spec.provider == "gmpo-plugins"
+            return OWN.supports(loss_name)
         try:
-            algorithm_fields(loss_name, spec.resolve({}), width=1)
+            algorithm_fields(loss_name, get_loss(loss_name).resolve({}), width=1)
         except BackendError:
             return False
         return True
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         from skyrl.backends.skyrl_train.utils.ppo_utils import (
             PolicyLossRegistry,
             apply_loss_reduction_to_advantages_minibatch,
         )
         from skyrl.train.config import AlgorithmConfig
 
-        policy_loss_type = self._policy_loss_type(loss_name)
-        fields = algorithm_fields(loss_name, hparams, width=mask.shape[-1])
+        from gmpo_plugins.adapters.skyrl import PREFIX
+
+        call.require_no_rollout_is_weights(self.name)
+        policy_loss_type = OWN.loss_type(call.loss_name, self._own, PREFIX)
+        fields = algorithm_fields(call.loss_name, call.hparams, width=call.mask.shape[-1])
         config = AlgorithmConfig(policy_loss_type=policy_loss_type, **fields)
-        loss_mask = mask.to(torch.float32)
-        if advantages.dim() == 1:
-            advantages = advantages[:, None] * loss_mask
+        loss_mask = call.mask.to(torch.float32)
         scaled = apply_loss_reduction_to_advantages_minibatch(
-            advantages=advantages,
+            advantages=call.token_advantages(loss_mask),
             loss_mask=loss_mask,
             loss_reduction=config.loss_reduction,
-            micro_batch_size=mask.shape[0],
+            micro_batch_size=call.mask.shape[0],
             max_seq_len=config.max_seq_len,
-        ) * _global_ratio(config.loss_reduction, loss_mask, batch_info)
+        ) * _global_ratio(config.loss_reduction, loss_mask, call.batch_info)
         loss, metrics = PolicyLossRegistry.get(policy_loss_type)(
-            log_probs, old_log_probs, scaled, config=config, loss_mask=loss_mask, rollout_logprobs=None
+            call.log_probs, call.old_log_probs, scaled, config=config, loss_mask=loss_mask, rollout_logprobs=None
         )
-        loss = loss * batch_info.dp_size
-        core = {key[len(METRIC_PREFIX) :]: value for key, value in metrics.items() if key.startswith(METRIC_PREFIX)}
+        loss = loss * call.batch_info.dp_size
+        core = strip_prefix(metrics, METRIC_PREFIX)
         if "clip_ratio" in metrics:
             core["clip_frac"] = metrics["clip_ratio"]
         core["policy_loss"] = loss.detach()
@@ -163,10 +156,4 @@ def make_backend() -> SkyRLBackend:
 
 def parity_targets() -> Iterator[ParityTarget]:
     """The adapter, and SkyRL's own regular / gspo as references."""
-    yield ParityTarget("skyrl adapter", "adapter", SkyRLBackend(), note="PolicyLossRegistry, SkyRL's pre-scaling")
-    yield ParityTarget(
-        "skyrl regular/gspo (own)",
-        "reference",
-        SkyRLBackend(own=True),
-        note="SkyRL's own regular (grpo, dapo, dr_grpo) and gspo",
-    )
+    return adapter_and_own_targets("skyrl", SkyRLBackend, "PolicyLossRegistry, SkyRL's pre-scaling", OWN)

@@ -24,17 +24,15 @@ Metrics are those of this process (the stand-in's collectives do not communicate
 from __future__ import annotations
 
 import types
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
-from gmpo_plugins.compare.backends import Metric
-from gmpo_plugins.compare.references_trl import SingleProcessAccelerator
+from gmpo_plugins.compare.backends import Metric, PolicyLossCall
+from gmpo_plugins.compare.references_trl import TensorTrainer, completion_inputs
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.core.types import BatchInfo
 
 
 def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,14 +50,15 @@ def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, 
     return fields, extra
 
 
-class _TrainerStandIn:
-    """What ``RegistryGRPOTrainer._compute_loss`` reads from its trainer."""
+class _TrainerStandIn(TensorTrainer):
+    """What ``RegistryGRPOTrainer._compute_loss`` reads from its trainer, besides the tensor trainer's."""
 
     def __init__(
         self, args: Any, spec: Any, loss_hparams: dict, log_probs: torch.Tensor, accumulation: float, num_processes: int
     ) -> None:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
+        super().__init__(log_probs, accumulation, num_processes)
         self.args = args
         self.loss_spec = spec
         self.loss_hparams = loss_hparams
@@ -67,18 +66,7 @@ class _TrainerStandIn:
         self.use_vllm = False
         self.vllm_importance_sampling_correction = False
         self.aux_loss_enabled = False
-        self.model = types.SimpleNamespace(training=True)
-        self.current_gradient_accumulation_steps = accumulation
-        self.accelerator = SingleProcessAccelerator(num_processes)
-        self._metrics: dict[str, defaultdict[str, list[float]]] = {
-            "train": defaultdict(list),
-            "eval": defaultdict(list),
-        }
-        self._log_probs = log_probs
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
-        return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
 
 
 class TrlBackend:
@@ -105,37 +93,23 @@ class TrlBackend:
             self._settings[key] = (args, loss_hparams_from_args(args, get_loss(loss_name), extra))
         return self._settings[key]
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         from gmpo_plugins.adapters.trl.trainer import RegistryGRPOTrainer
 
-        args, loss_hparams = self._config(loss_name, hparams)
-        rows, length = mask.shape
-        processes = batch_info.dp_size
-        sequences = rows * processes if batch_info.global_batch_size is None else batch_info.global_batch_size
-        tokens = mask.sum() * processes if batch_info.global_num_tokens is None else batch_info.global_num_tokens
+        call.require_no_rollout_is_weights(self.name)
+        args, loss_hparams = self._config(call.loss_name, call.hparams)
+        rows = call.mask.shape[0]
+        info = call.batch_info
+        processes = info.dp_size
+        sequences = rows * processes if info.global_batch_size is None else info.global_batch_size
+        tokens = call.mask.sum() * processes if info.global_num_tokens is None else info.global_num_tokens
         accumulation = float(sequences) / (rows * processes)
         args.steps_per_generation = accumulation
-        device = log_probs.device
-        inputs = {
-            "prompt_ids": torch.zeros(rows, 1, dtype=torch.long, device=device),
-            "prompt_mask": torch.ones(rows, 1, dtype=torch.long, device=device),
-            "completion_ids": torch.zeros(rows, length, dtype=torch.long, device=device),
-            "completion_mask": mask.long(),
-            "advantages": advantages,
-            "old_per_token_logps": old_log_probs,
-            "num_items_in_batch": torch.as_tensor(tokens, device=device),
-        }
-        stand_in = _TrainerStandIn(args, get_loss(loss_name), loss_hparams, log_probs, accumulation, processes)
+        inputs = completion_inputs(call.log_probs, call.old_log_probs, call.advantages, call.mask)
+        inputs["num_items_in_batch"] = torch.as_tensor(tokens, device=call.log_probs.device)
+        stand_in = _TrainerStandIn(
+            args, get_loss(call.loss_name), loss_hparams, call.log_probs, accumulation, processes
+        )
         # the stand-in carries every attribute _compute_loss reads (see _TrainerStandIn)
         loss = RegistryGRPOTrainer._compute_loss(cast(RegistryGRPOTrainer, stand_in), None, inputs)
         metrics: dict[str, Metric] = {}

@@ -28,10 +28,9 @@ from typing import Any
 import torch
 
 from gmpo_plugins.adapters.verl.options import FIELDS
-from gmpo_plugins.compare.backends import BackendError, Metric
+from gmpo_plugins.compare.backends import Metric, PolicyLossCall, refuse_uncarried, strip_prefix
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.core.types import BatchInfo
 
 METRIC_PREFIX = "actor/gmpo/"
 
@@ -39,15 +38,8 @@ METRIC_PREFIX = "actor/gmpo/"
 def verl_fields(loss_name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
     """verl actor-config fields carrying ``hparams`` of registry loss ``loss_name``."""
     spec = get_loss(loss_name)
-    fields: dict[str, Any] = {}
-    for name, value in hparams.items():
-        if name in FIELDS:
-            fields[FIELDS[name]] = value
-        elif value != spec.defaults.get(name):
-            raise BackendError(
-                f"verl: {loss_name} hyper-parameter {name}={value!r} cannot be set through verl's actor config "
-                f"(only {sorted(FIELDS)}); keep its default {spec.defaults.get(name)!r}"
-            )
+    refuse_uncarried("verl", "verl's actor config", loss_name, hparams, FIELDS)
+    fields = {FIELDS[name]: value for name, value in hparams.items() if name in FIELDS}
     if "reduction" not in spec.defaults:
         fields["loss_agg_mode"] = SEQ_MEAN_TOKEN_MEAN if spec.sequence_level else TOKEN_MEAN
     return fields
@@ -86,43 +78,30 @@ class VerlBackend:
             )
         return self._configs[key]
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-        rollout_is_weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         from gmpo_plugins.adapters.verl import PREFIX
 
-        loss_mode = PREFIX + loss_name
-        config = self._config(loss_mode, verl_fields(loss_name, hparams))
+        loss_mode = PREFIX + call.loss_name
+        config = self._config(loss_mode, verl_fields(call.loss_name, call.hparams))
         config.global_batch_info.update(
-            dp_size=batch_info.dp_size,
-            global_batch_size=_as_int(batch_info.global_batch_size),
-            batch_num_tokens=_as_int(batch_info.global_num_tokens),
+            dp_size=call.batch_info.dp_size,
+            global_batch_size=_as_int(call.batch_info.global_batch_size),
+            batch_num_tokens=_as_int(call.batch_info.global_num_tokens),
             loss_scale_factor=config.loss_scale_factor,
         )
-        mask = mask.bool()
-        if advantages.dim() == 1:
-            advantages = advantages[:, None] * mask
+        mask = call.mask.bool()
         loss, metrics = get_policy_loss_fn(loss_mode)(
-            old_log_prob=old_log_probs,
-            log_prob=log_probs,
-            advantages=advantages,
+            old_log_prob=call.old_log_probs,
+            log_prob=call.log_probs,
+            advantages=call.token_advantages(mask),
             response_mask=mask,
             loss_agg_mode=config.loss_agg_mode,
             config=config,
-            rollout_is_weights=rollout_is_weights,
+            rollout_is_weights=call.rollout_is_weights,
         )
-        core = {key[len(METRIC_PREFIX) :]: value for key, value in metrics.items() if key.startswith(METRIC_PREFIX)}
+        core = strip_prefix(metrics, METRIC_PREFIX)
         core["policy_loss"] = loss.detach()
         return loss, core
 

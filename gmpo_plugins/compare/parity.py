@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget
+from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget, PolicyLossCall
 from gmpo_plugins.compare.references import reference_targets
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
@@ -135,16 +135,18 @@ def evaluate(backend: LossBackend, loss_name: str, case: ParityCase, splits: int
     info = BatchInfo(dp_size=1, global_batch_size=rows, global_num_tokens=int(case.mask.sum()))
     total, metrics = 0.0, {}
     for index in torch.arange(rows).chunk(splits):
-        extra = {} if case.rollout_is_weights is None else {"rollout_is_weights": case.rollout_is_weights[index]}
+        weights = None if case.rollout_is_weights is None else case.rollout_is_weights[index]
         loss, raw = backend.policy_loss(
-            log_probs=log_probs[index],
-            old_log_probs=case.old_log_probs[index],
-            advantages=case.advantages[index],
-            mask=case.mask[index],
-            loss_name=loss_name,
-            hparams=hparams,
-            batch_info=info,
-            **extra,
+            PolicyLossCall(
+                log_probs=log_probs[index],
+                old_log_probs=case.old_log_probs[index],
+                advantages=case.advantages[index],
+                mask=case.mask[index],
+                loss_name=loss_name,
+                hparams=hparams,
+                batch_info=info,
+                rollout_is_weights=weights,
+            )
         )
         loss.backward()
         total += float(loss.detach().double())

@@ -35,8 +35,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import ParityTarget
-from gmpo_plugins.core.types import BatchInfo
+from gmpo_plugins.compare.backends import ParityTarget, PolicyLossCall
 
 VERL_METRICS = {
     "actor/pg_clipfrac": "clip_frac_high",
@@ -62,41 +61,31 @@ class VerlPolicyLoss:
     def supports(self, loss_name: str) -> bool:
         return loss_name == self._loss_name
 
-    def policy_loss(
-        self,
-        *,
-        log_probs: torch.Tensor,
-        old_log_probs: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        loss_name: str,
-        hparams: Mapping[str, Any],
-        batch_info: BatchInfo,
-        rollout_is_weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, Mapping[str, float]]:
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, float]]:
         from verl.workers.config import ActorConfig
 
-        rows = int(mask.shape[0])
-        counts = {}
+        rows = int(call.mask.shape[0])
+        counts: dict[str, Any] = {}
         if self._global_counts:
             counts = {
-                "dp_size": batch_info.dp_size,
-                "global_batch_size": batch_info.global_batch_size,
-                "batch_num_tokens": batch_info.global_num_tokens,
+                "dp_size": call.batch_info.dp_size,
+                "global_batch_size": call.batch_info.global_batch_size,
+                "batch_num_tokens": call.batch_info.global_num_tokens,
             }
         config = ActorConfig(
             strategy="fsdp",
             rollout_n=1,
             ppo_mini_batch_size=rows,
             ppo_micro_batch_size_per_gpu=rows,
-            clip_ratio_low=hparams["eps_low"],
-            clip_ratio_high=hparams["eps_high"],
+            clip_ratio_low=call.hparams["eps_low"],
+            clip_ratio_high=call.hparams["eps_high"],
             global_batch_info=counts,
         )
-        token_advantages = advantages[:, None].expand_as(log_probs).to(log_probs.dtype)
-        weights = None if rollout_is_weights is None else rollout_is_weights.to(log_probs.dtype)
+        dtype = call.log_probs.dtype
+        token_advantages = call.advantages[:, None].expand_as(call.log_probs).to(dtype)
+        weights = None if call.rollout_is_weights is None else call.rollout_is_weights.to(dtype)
         loss, metrics = self._fn(
-            old_log_probs, log_probs, token_advantages, mask.to(log_probs.dtype), self._agg, config, weights
+            call.old_log_probs, call.log_probs, token_advantages, call.mask.to(dtype), self._agg, config, weights
         )
         return loss, {VERL_METRICS[key]: value for key, value in metrics.items() if key in VERL_METRICS}
 

@@ -19,11 +19,13 @@ Metrics are returned under the core's names so they compare directly:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
+from gmpo_plugins.compare.backends import Metric, PolicyLossCall
 from gmpo_plugins.core.types import LossOutput
 
 # TRL logs its KL term as "kl", the core's name too
@@ -46,20 +48,16 @@ class SingleProcessAccelerator:
         return tensor
 
 
-class _TensorTrainer:
-    """Stands in for a GMPOTrainer: the attributes its ``_compute_loss`` reads."""
+class TensorTrainer:
+    """Stands in for a TRL trainer whose ``_compute_loss`` runs on given tensors: the model
+    forward returns ``log_probs`` (B, T) and zero entropies; train mode, ``accumulation_steps``,
+    one process's collectives over ``num_processes``, TRL's metric store."""
 
-    def __init__(
-        self, log_probs: torch.Tensor, eps_low: float, eps_high: float, beta: float, accumulation_steps: float
-    ) -> None:
+    def __init__(self, log_probs: torch.Tensor, accumulation_steps: float, num_processes: int = 1) -> None:
         self._log_probs = log_probs
-        self.epsilon_low = eps_low
-        self.epsilon_high = eps_high
-        self.beta = beta
-        self.top_entropy_quantile = 1.0
         self.current_gradient_accumulation_steps = accumulation_steps
         self.model = SimpleNamespace(training=True)
-        self.accelerator = SingleProcessAccelerator()
+        self.accelerator = SingleProcessAccelerator(num_processes)
         self._metrics: dict[str, defaultdict[str, list[float]]] = {
             "train": defaultdict(list),
             "eval": defaultdict(list),
@@ -67,6 +65,37 @@ class _TensorTrainer:
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
         return self._log_probs, torch.zeros_like(self._log_probs.detach()), None
+
+
+def completion_inputs(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The batch a TRL ``_compute_loss`` reads, for a ``TensorTrainer``: one dummy prompt
+    token, B zero completion ids of width T (the stand-in ignores them), ``mask`` (B, T) as
+    int64, ``advantages`` (B,) and ``old_log_probs`` (B, T) as given."""
+    rows, length = mask.shape
+    device = log_probs.device
+    return {
+        "prompt_ids": torch.zeros(rows, 1, dtype=torch.long, device=device),
+        "prompt_mask": torch.ones(rows, 1, dtype=torch.long, device=device),
+        "completion_ids": torch.zeros(rows, length, dtype=torch.long, device=device),
+        "completion_mask": mask.long(),
+        "advantages": advantages,
+        "old_per_token_logps": old_log_probs,
+    }
+
+
+class _GMPOStandIn(TensorTrainer):
+    """A GMPOTrainer's attributes its ``_compute_loss`` reads, besides the tensor trainer's."""
+
+    def __init__(
+        self, log_probs: torch.Tensor, eps_low: float, eps_high: float, beta: float, accumulation_steps: float
+    ) -> None:
+        super().__init__(log_probs, accumulation_steps)
+        self.epsilon_low = eps_low
+        self.epsilon_high = eps_high
+        self.beta = beta
+        self.top_entropy_quantile = 1.0
 
 
 def trl_gmpo_reference(
@@ -93,19 +122,10 @@ def trl_gmpo_reference(
         raise ValueError("ref_log_probs: required when beta != 0")
     if not accumulation_steps > 0:
         raise ValueError(f"accumulation_steps: expected a number > 0, got {accumulation_steps!r}")
-    batch, length = log_probs.shape
-    long_mask = mask.long()
-    inputs = {
-        "prompt_ids": torch.zeros(batch, 1, dtype=torch.long, device=log_probs.device),
-        "prompt_mask": torch.ones(batch, 1, dtype=torch.long, device=log_probs.device),
-        "completion_ids": torch.zeros(batch, length, dtype=torch.long, device=log_probs.device),
-        "completion_mask": long_mask,
-        "advantages": advantages,
-        "old_per_token_logps": old_log_probs,
-    }
+    inputs = completion_inputs(log_probs, old_log_probs, advantages, mask)
     if ref_log_probs is not None:
         inputs["ref_per_token_logps"] = ref_log_probs
-    stand_in = _TensorTrainer(log_probs, eps_low, eps_high, beta, accumulation_steps)
+    stand_in = _GMPOStandIn(log_probs, eps_low, eps_high, beta, accumulation_steps)
     loss = GMPOTrainer._compute_loss(stand_in, None, inputs)
     logged = stand_in._metrics["train"]
     metrics = {  # TRL logs Python floats; float64 keeps them exact
@@ -130,18 +150,19 @@ class TrlGMPOBackend:
     def supports(self, loss_name: str) -> bool:
         return loss_name == "gmpo"
 
-    def policy_loss(self, *, log_probs, old_log_probs, advantages, mask, loss_name, hparams, batch_info):
-        if loss_name != "gmpo":
-            raise ValueError(f"loss_name: TRL's GMPOTrainer computes only 'gmpo', got {loss_name!r}")
-        rows = mask.shape[0]
-        total = rows * batch_info.dp_size if batch_info.global_batch_size is None else batch_info.global_batch_size
+    def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:
+        if call.loss_name != "gmpo":
+            raise ValueError(f"loss_name: TRL's GMPOTrainer computes only 'gmpo', got {call.loss_name!r}")
+        call.require_no_rollout_is_weights(self.name)
+        rows, processes = call.mask.shape[0], call.batch_info.dp_size
+        total = rows * processes if call.batch_info.global_batch_size is None else call.batch_info.global_batch_size
         out = trl_gmpo_reference(
-            log_probs,
-            old_log_probs,
-            advantages,
-            mask,
-            eps_low=hparams["eps_low"],
-            eps_high=hparams["eps_high"],
-            accumulation_steps=float(total) / (rows * batch_info.dp_size),
+            call.log_probs,
+            call.old_log_probs,
+            call.advantages,
+            call.mask,
+            eps_low=call.hparams["eps_low"],
+            eps_high=call.hparams["eps_high"],
+            accumulation_steps=float(total) / (rows * processes),
         )
         return out.loss, out.metrics

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import LossBackend
+from gmpo_plugins.compare.backends import LossBackend, PolicyLossCall
 from gmpo_plugins.compare.evaluate import evaluate_held_out
 from gmpo_plugins.compare.model import response_logits
 from gmpo_plugins.compare.rollout import collect_rollout
@@ -180,15 +180,17 @@ def train(
                     torch.log_softmax(response_logits(policy, ids[index], attn[index], plen), dim=-1), tokens[index]
                 )
                 loss, metrics = backend.policy_loss(
-                    log_probs=log_probs,
-                    old_log_probs=old_log_probs[index],
-                    advantages=rollout.advantages[index],
-                    mask=mask[index],
-                    loss_name=loss_name,
-                    hparams=hparams,
-                    batch_info=BatchInfo(
-                        dp_size=1, global_batch_size=int(index.numel()), global_num_tokens=int(mask[index].sum())
-                    ),
+                    PolicyLossCall(
+                        log_probs=log_probs,
+                        old_log_probs=old_log_probs[index],
+                        advantages=rollout.advantages[index],
+                        mask=mask[index],
+                        loss_name=loss_name,
+                        hparams=hparams,
+                        batch_info=BatchInfo(
+                            dp_size=1, global_batch_size=int(index.numel()), global_num_tokens=int(mask[index].sum())
+                        ),
+                    )
                 )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -1,4 +1,4 @@
-"""Framework registry and where a framework runs."""
+"""Framework registry, where a framework runs, and the translations backends share."""
 
 import importlib.util
 import os
@@ -11,12 +11,17 @@ from gmpo_plugins.compare.backends import (
     FRAMEWORKS,
     BackendError,
     CoreBackend,
+    OwnLosses,
+    PolicyLossCall,
     Runner,
+    adapter_and_own_targets,
     framework_info,
     load_backend,
+    refuse_uncarried,
     resolve_runner,
+    strip_prefix,
 )
-from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.registry import UnknownLossError, get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 
@@ -61,14 +66,75 @@ def test_core_backend_is_the_registry_loss():
     batch = BatchInfo(dp_size=1, global_batch_size=3, global_num_tokens=15)
     hparams = get_loss("gmpo").resolve({})
     loss, metrics = CoreBackend().policy_loss(
-        log_probs=log_probs,
-        old_log_probs=old,
-        advantages=advantages,
-        mask=mask,
-        loss_name="gmpo",
-        hparams=hparams,
-        batch_info=batch,
+        PolicyLossCall(
+            log_probs=log_probs,
+            old_log_probs=old,
+            advantages=advantages,
+            mask=mask,
+            loss_name="gmpo",
+            hparams=hparams,
+            batch_info=batch,
+        )
     )
     expected = get_loss("gmpo")(LossInputs(log_probs, old, advantages, mask), batch)
     assert torch.equal(loss, expected.loss)
     assert metrics.keys() == expected.metrics.keys()
+
+
+def _call(advantages: torch.Tensor, **extra) -> PolicyLossCall:
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    return PolicyLossCall(torch.zeros(2, 3), torch.zeros(2, 3), advantages, mask, "gmpo", {}, BatchInfo(), **extra)
+
+
+def test_token_advantages_spread_over_the_mask():
+    call = _call(torch.tensor([1.5, -2.0]))
+    expected = torch.tensor([[1.5, 1.5, 0.0], [-2.0, 0.0, 0.0]])
+    for mask in (call.mask, call.mask.long(), call.mask.float()):  # each framework's mask dtype
+        assert torch.equal(call.token_advantages(mask), expected)
+    per_token = torch.arange(6.0).view(2, 3)
+    assert _call(per_token).token_advantages(call.mask) is per_token
+
+
+def test_backends_without_is_weights_refuse_them():
+    _call(torch.ones(2)).require_no_rollout_is_weights("openrlhf")  # no weights: nothing to refuse
+    with pytest.raises(BackendError, match=r"^openrlhf: rollout_is_weights: .*; expected None$"):
+        _call(torch.ones(2), rollout_is_weights=torch.ones(2, 3)).require_no_rollout_is_weights("openrlhf")
+
+
+def test_uncarried_hyper_parameters_must_keep_their_defaults():
+    carried = ["eps_low", "eps_high"]
+    refuse_uncarried("fw", "its config", "gmpo", {"eps_low": 0.3, "kl_beta": 0.0}, carried)  # kl_beta: the default
+    message = (
+        r"^fw: gmpo hyper-parameter kl_beta=0.5 cannot be set through its config "
+        r"\(only \['eps_high', 'eps_low'\]\); keep its default 0.0$"
+    )
+    with pytest.raises(BackendError, match=message):
+        refuse_uncarried("fw", "its config", "gmpo", {"eps_low": 0.3, "kl_beta": 0.5}, carried)
+
+
+def test_strip_prefix_keeps_only_prefixed_metrics():
+    assert strip_prefix({"actor/gmpo/clip_frac": 0.25, "actor/pg_loss": 1.0}, "actor/gmpo/") == {"clip_frac": 0.25}
+
+
+def test_own_losses_and_their_parity_targets():
+    own = OwnLosses({"grpo": "ppo", "gspo": "gspo"}, "ppo/gspo", "the framework's own ppo and gspo")
+    assert own.supports("grpo") and not own.supports("gmpo")
+    with pytest.raises(UnknownLossError):
+        own.supports("nope")
+    assert own.loss_type("grpo", True, "pre.") == "ppo" and own.loss_type("grpo", False, "pre.") == "pre.grpo"
+    built: list[bool] = []
+
+    def backend(own_losses: bool) -> CoreBackend:
+        built.append(own_losses)
+        return CoreBackend()
+
+    targets = adapter_and_own_targets("fw", backend, "adapter note", own)
+    assert built == []  # backends are built when their target is reached
+    adapter, reference = targets
+    assert (adapter.label, adapter.kind, adapter.note) == ("fw adapter", "adapter", "adapter note")
+    assert (reference.label, reference.kind, reference.note) == (
+        "fw ppo/gspo (own)",
+        "reference",
+        "the framework's own ppo and gspo",
+    )
+    assert built == [False, True]

@@ -1,11 +1,13 @@
 """gmpo-plugins parity: the core passes, a perturbed adapter fails, a reference only reports."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from gmpo_plugins.cli.main import main
 from gmpo_plugins.compare import parity
-from gmpo_plugins.compare.backends import CoreBackend
+from gmpo_plugins.compare.backends import CoreBackend, PolicyLossCall
 from gmpo_plugins.core.types import BatchInfo
 
 
@@ -14,8 +16,8 @@ class Perturbed(CoreBackend):
 
     name = "perturbed"
 
-    def policy_loss(self, **kwargs):
-        loss, metrics = super().policy_loss(**kwargs)
+    def policy_loss(self, call: PolicyLossCall):
+        loss, metrics = super().policy_loss(call)
         return loss * (1 + 1e-4), metrics
 
 
@@ -24,33 +26,32 @@ class LocalMean(CoreBackend):
 
     name = "local-mean"
 
-    def policy_loss(self, **kwargs):
-        kwargs["batch_info"] = BatchInfo()
-        return super().policy_loss(**kwargs)
+    def policy_loss(self, call: PolicyLossCall):
+        return super().policy_loss(dataclasses.replace(call, batch_info=BatchInfo()))
 
 
 class WrongMetric(CoreBackend):
     name = "wrong-metric"
 
-    def policy_loss(self, **kwargs):
-        loss, metrics = super().policy_loss(**kwargs)
+    def policy_loss(self, call: PolicyLossCall):
+        loss, metrics = super().policy_loss(call)
         return loss, {**metrics, "clip_frac": metrics["clip_frac"] + 0.01}
 
 
 class Raising(CoreBackend):
     name = "raising"
 
-    def policy_loss(self, **kwargs):
-        if not kwargs["mask"].any(-1).all():
+    def policy_loss(self, call: PolicyLossCall):
+        if not call.mask.any(-1).all():
             raise ValueError("empty row")
-        return super().policy_loss(**kwargs)
+        return super().policy_loss(call)
 
 
 class NaNLoss(CoreBackend):
     name = "nan"
 
-    def policy_loss(self, **kwargs):
-        loss, metrics = super().policy_loss(**kwargs)
+    def policy_loss(self, call: PolicyLossCall):
+        loss, metrics = super().policy_loss(call)
         return loss * float("nan"), metrics
 
 

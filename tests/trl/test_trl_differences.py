@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
+from gmpo_plugins.compare.backends import PolicyLossCall
 from gmpo_plugins.compare.references_trl import trl_gmpo_reference
 
 from .tiny import micro_batch, run_loss
@@ -174,13 +175,15 @@ def test_parity_backend_accumulates_like_trl(splits):
     assert backend.supports("gmpo") and not backend.supports("grpo")
     for rows in torch.arange(6).chunk(splits):
         loss, metrics = backend.policy_loss(
-            log_probs=log_probs[rows],
-            old_log_probs=old[rows],
-            advantages=advantages[rows],
-            mask=mask[rows],
-            loss_name="gmpo",
-            hparams=hparams,
-            batch_info=info,
+            PolicyLossCall(
+                log_probs=log_probs[rows],
+                old_log_probs=old[rows],
+                advantages=advantages[rows],
+                mask=mask[rows],
+                loss_name="gmpo",
+                hparams=hparams,
+                batch_info=info,
+            )
         )
         loss.backward()
         total += loss.item()

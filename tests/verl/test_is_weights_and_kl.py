@@ -12,20 +12,23 @@ from verl.trainer.ppo.core_algos import kl_penalty
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.compare import parity
+from gmpo_plugins.compare.backends import PolicyLossCall
 from gmpo_plugins.compare.references import verl_geo_mean, verl_gspo
 
 
 def _grad(backend, name, log_probs, old, adv, mask, weights, hparams):
     log_probs = log_probs.clone().requires_grad_(True)
     loss, _ = backend.policy_loss(
-        log_probs=log_probs,
-        old_log_probs=old,
-        advantages=adv,
-        mask=mask,
-        loss_name=name,
-        hparams=hparams,
-        batch_info=BatchInfo(global_batch_size=int(mask.shape[0]), global_num_tokens=int(mask.sum())),
-        rollout_is_weights=weights,
+        PolicyLossCall(
+            log_probs=log_probs,
+            old_log_probs=old,
+            advantages=adv,
+            mask=mask,
+            loss_name=name,
+            hparams=hparams,
+            batch_info=BatchInfo(global_batch_size=int(mask.shape[0]), global_num_tokens=int(mask.sum())),
+            rollout_is_weights=weights,
+        )
     )
     (grad,) = torch.autograd.grad(loss, log_probs)
     return float(loss.detach()), grad
