@@ -429,6 +429,27 @@ def test_only_the_token_derivative_is_saved(name):
     assert _saved_float_bt(name, "eager") != []  # the check does see the eager path's tensors
 
 
+@pytest.mark.parametrize("name", TOKEN_LOSSES)
+def test_no_token_derivative_without_autograd(name):
+    """Under no_grad (metrics only) the token-level pass keeps no (B, T) derivative: it
+    dispatches fewer operators than the same call with autograd on."""
+    from gmpo_plugins.bench.ops import count_ops
+
+    inputs = LossInputs(
+        torch.randn(8, 64, requires_grad=True), torch.randn(8, 64), torch.randn(8), torch.ones(8, 64, dtype=torch.bool)
+    )
+    spec = get_loss(name)
+
+    def call():
+        return spec(inputs, validate=False)
+
+    with_grad = count_ops(call).compute_ops
+    with torch.no_grad():
+        without = count_ops(call).compute_ops
+        out = call()
+    assert without < with_grad and not out.loss.requires_grad
+
+
 def test_bad_impl_names_the_argument():
     inputs = LossInputs(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="impl must be one of"):

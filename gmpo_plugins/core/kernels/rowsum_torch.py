@@ -31,6 +31,7 @@ import math
 import torch
 
 from gmpo_plugins.core.kernels.stats import compute_dtype
+from gmpo_plugins.core.reduce import as_bool_mask
 
 BLOCK_ELEMENTS = 1 << 17  # CPU: at most this many elements per block (temporaries stay in cache)
 MIN_BLOCK_ELEMENTS = 1 << 14  # CPU: at least this many (per-op overhead)
@@ -81,7 +82,7 @@ def _forward_block(
     """
     dtype = out.dtype
     valid, r, c = work
-    valid.copy_((mask if mask.dtype == torch.bool else mask != 0).view(torch.uint8))
+    valid.copy_(as_bool_mask(mask).view(torch.uint8))
     if log_probs.dtype == dtype and old_log_probs.dtype == dtype:
         torch.sub(log_probs, old_log_probs, out=r)
     else:

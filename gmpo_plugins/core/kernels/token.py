@@ -169,6 +169,7 @@ class _TokenRowSums(torch.autograd.Function):
         advantages: torch.Tensor,
         weights: torch.Tensor | None,
         clip: _Clip,
+        derivative: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
@@ -176,7 +177,7 @@ class _TokenRowSums(torch.autograd.Function):
         out = torch.empty((8, batch), dtype=dtype, device=device)
         if clip.dual is None:
             out[7].zero_()
-        deriv = torch.empty((batch, length), dtype=dtype, device=device) if ctx.needs_input_grad[0] else None
+        deriv = torch.empty((batch, length), dtype=dtype, device=device) if derivative else None
         step = _rows_per_block(batch, length, device)
         work = torch.empty((7, min(step, batch), length), dtype=dtype, device=device)
         inputs = (log_probs, old, mask, advantages, weights)
@@ -192,16 +193,19 @@ class _TokenRowSums(torch.autograd.Function):
         ctx.save_for_backward(deriv, mask)
         ctx.grad_dtype = log_probs.dtype
         ctx.mark_non_differentiable(out)
+        ctx.set_materialize_grads(False)  # no zero gradient is made for the statistics
         return out[0].clone(), out
 
     @staticmethod
     @once_differentiable
     def backward(
-        ctx: Any, grad_sum: torch.Tensor, _: torch.Tensor
-    ) -> tuple[torch.Tensor, None, None, None, None, None]:
+        ctx: Any, grad_sum: torch.Tensor | None, _: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, None, None, None, None, None, None]:
         """grad_t = g_i * d_t (rounded once to the input dtype) where m_t, and exactly +0
         elsewhere: written on the bits, bits(grad) = bits(g_i * d_t) * m_t (an integer
         product with 0 or 1), which no inf or NaN in g_i or d_t can turn into NaN."""
+        if grad_sum is None:  # the row sums were not used (gradients are not materialised)
+            return None, None, None, None, None, None, None
         deriv, mask = ctx.saved_tensors
         batch, length = deriv.shape
         grad = torch.empty((batch, length), dtype=ctx.grad_dtype, device=deriv.device)
@@ -211,9 +215,9 @@ class _TokenRowSums(torch.autograd.Function):
         for start in range(0, batch, step):
             rows = slice(start, min(batch, start + step))
             torch.mul(deriv[rows], grad_sum[rows, None], out=grad[rows])
-            m = mask[rows] if mask.dtype == torch.bool else mask[rows] != 0
+            m = as_bool_mask(mask[rows])
             bits[rows].mul_(valid[: rows.stop - start].copy_(m.view(torch.uint8)))  # same-dtype product: faster
-        return grad, None, None, None, None, None
+        return grad, None, None, None, None, None, None
 
 
 def fused_clipped_ratio_loss(
@@ -236,8 +240,15 @@ def fused_clipped_ratio_loss(
     dtype = compute_dtype(inputs.log_probs.dtype)
     weights = None if inputs.rollout_is_weights is None else inputs.rollout_is_weights.detach()
     clip = _Clip(eps_low, eps_high, dual_clip, log_ratio_bound)
+    derivative = torch.is_grad_enabled() and inputs.log_probs.requires_grad  # else no (B, T) derivative is kept
     row_sums, stats = _TokenRowSums.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
-        inputs.log_probs, inputs.old_log_probs.detach(), inputs.mask.detach(), inputs.advantages.detach(), weights, clip
+        inputs.log_probs,
+        inputs.old_log_probs.detach(),
+        inputs.mask.detach(),
+        inputs.advantages.detach(),
+        weights,
+        clip,
+        derivative,
     )
     row_stats = RowStats(
         count=stats[2],
