@@ -4,8 +4,6 @@ import math
 import os
 import sys
 
-import torch
-
 from gmpo_plugins.cli.main import main
 
 from .records import read_records, without_timing
@@ -137,25 +135,18 @@ def test_subprocess_runner_matches_in_process(two_step_report, tmp_path, monkeyp
 def test_model_directory_of_another_architecture(tmp_path):
     """--model: any local causal LM directory with a tokenizer (here a random Llama with
     the task's char tokenizer), used as is."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from gmpo_plugins.compare.task import build_char_tokenizer
+    from tests.tiny_models import tiny_model
 
     tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+    model = tiny_model(
+        "llama",
+        len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
     )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(tmp_path / "llama")
+    model.save_pretrained(tmp_path / "llama")
     tokenizer.save_pretrained(tmp_path / "llama")
     out = tmp_path / "out"
     assert (

@@ -29,9 +29,9 @@ from openrlhf.trainer.ppo_utils.experience import (
 from openrlhf.trainer.ray import ppo_actor
 from openrlhf.utils.config import hierarchize
 from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from gmpo_plugins.adapters.openrlhf.cli import parse_args
+from tests.tiny_models import tiny_model
 
 VOCAB = 64
 # (prompt_len, response_len, advantage): both signs, a zero advantage, an empty response
@@ -79,22 +79,9 @@ class CPUStrategy:
 
 
 def build_actor(seed=0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    """OpenRLHF's ``Actor`` loaded from a random tiny Llama (``tests.tiny_models``) saved to a temp dir, float32."""
     path = tempfile.mkdtemp(prefix="tiny-llama-")
-    LlamaForCausalLM(cfg).save_pretrained(path)
+    tiny_model("llama", VOCAB, seed=seed, pad_token_id=0, bos_token_id=1, eos_token_id=2).save_pretrained(path)
     actor = Actor(path, attn_implementation="sdpa", param_dtype="bf16")  # the from_pretrained path
     actor.model.float()  # exact fp32 arithmetic on CPU
     return actor

@@ -1,4 +1,4 @@
-"""Tiny, download-free ingredients for real TRL runs: a random 2-layer Qwen2 (or Qwen2-MoE)
+"""Tiny, download-free ingredients for real TRL runs: a random tiny Qwen2 (or Qwen2-MoE)
 saved to a folder, a character-level tokenizer built with ``tokenizers``, a reward
 function, and hand-built GRPO micro-batches for calling ``_compute_loss`` directly."""
 
@@ -8,7 +8,9 @@ import string
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+from transformers import PreTrainedTokenizerFast
+
+from tests.tiny_models import tiny_model
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = list(string.ascii_lowercase + string.digits + " +=?.")
@@ -28,36 +30,17 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model_dir(path, *, seed: int = 0, moe: bool = False) -> str:
-    """A random 2-layer Qwen2 (vocab 64, hidden 32), or a 4-expert Qwen2-MoE, saved with its tokenizer."""
+    """A random tiny Qwen2 (``tests.tiny_models``, vocab 64), or its 4-expert Qwen2-MoE, saved with its tokenizer."""
     tokenizer = build_tokenizer()
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
+    model = tiny_model(
+        "qwen2_moe" if moe else "qwen2",
+        VOCAB,
+        seed=seed,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
     )
-    if moe:
-        config = Qwen2MoeConfig(
-            **common,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-            router_aux_loss_coef=0.01,
-        )
-        model_class = Qwen2MoeForCausalLM
-    else:
-        config = Qwen2Config(**common)
-        model_class = Qwen2ForCausalLM
-    torch.manual_seed(seed)
-    model_class(config).save_pretrained(path)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 

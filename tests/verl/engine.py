@@ -28,12 +28,14 @@ import torch
 import verl
 from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding, response_to_nested
+
+from tests.tiny_models import tiny_model
 
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 ACTOR = "actor_rollout_ref.actor"
@@ -54,22 +56,8 @@ def make_actor_config(loss_mode: str, **fields):
 
 
 def make_model(seed: int = 0) -> Qwen2ForCausalLM:
-    """A tiny randomly initialised Qwen2 (vocab 64, hidden 32, 2 layers), float32, eager attention."""
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
-    cfg._attn_implementation = "eager"
-    model = Qwen2ForCausalLM(cfg).float()
-    model.train()
-    return model
+    """A tiny randomly initialised Qwen2 (``tests.tiny_models``, vocab 64), float32, eager attention, train mode."""
+    return tiny_model("qwen2", 64, seed=seed, attn_implementation="eager")
 
 
 @dataclass

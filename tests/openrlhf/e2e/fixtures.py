@@ -1,7 +1,7 @@
 """Inputs of the end-to-end runs, built in a folder by the test (no downloads).
 
 ``build_fixtures(root)`` writes:
-  model/         a random 2-layer Llama (vocab 64, hidden 32) in bfloat16, the dtype OpenRLHF trains in,
+  model/         a random tiny Llama (tests.tiny_models, vocab 64) in bfloat16, the dtype OpenRLHF trains in,
                  its eos row of lm_head scaled by 30 so that sampled completions end at varied lengths
                  (token-mean and seq-mean-token-mean then differ); a character-level tokenizer
                  (``PreTrainedTokenizerFast``: WordLevel over single characters, ``Split("", "isolated")``);
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
+
+from tests.tiny_models import tiny_model
 
 SPECIAL = ["<pad>", "<s>", "</s>"]
 CHARACTERS = "0123456789+-=?. abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX"
@@ -52,23 +54,9 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model(path: Path, seed: int = 0) -> None:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    model = LlamaForCausalLM(config)
+    model = tiny_model("llama", VOCAB, seed=seed, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     with torch.no_grad():  # a spread-out eos logit: completions end at varied lengths
-        model.lm_head.weight[config.eos_token_id] *= EOS_LOGIT_SCALE
+        model.lm_head.weight[model.config.eos_token_id] *= EOS_LOGIT_SCALE
     model.to(torch.bfloat16).save_pretrained(path)
     tokenizer().save_pretrained(path)
 
