@@ -44,10 +44,10 @@ def test_a_ray_scheduling_stall_fails_with_a_message(fixtures, tmp_path):
         tmp_path,
         ["--actor.policy_loss_type", "gmpo", *NO_KL_ARGS],
         ray_gpus=0,
-        extra_env={"GMPO_OPENRLHF_SCHEDULE_TIMEOUT": "10"},
+        extra_env={"GMPO_OPENRLHF_SCHEDULE_TIMEOUT": "3"},
         timeout=300,
     )
     assert run.returncode == 1, run.output[-3000:]
     assert run.ray_started
-    assert "gmpo-openrlhf: Ray could not schedule the run for 10 s: placement group" in run.output
+    assert "gmpo-openrlhf: Ray could not schedule the run for 3 s: placement group" in run.output
     assert "'GPU': 1.0" in run.output and "the cluster has {'CPU': 4.0}" in run.output
