@@ -99,10 +99,6 @@ def trainer_runs(workdir, assets) -> dict[str, Run]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([harness.HERE, harness.EXAMPLES, env.get("PYTHONPATH", "")])
     env["VERL_USE_EXTERNAL_MODULES"] = "split_dependent_loss"
-    # Ray starts no idle workers ahead of demand: each run's actors run in the run's runtime_env,
-    # so workers started ahead (without it) are never used and only compete for the CPU
-    env["RAY_prestart_worker_first_driver"] = "0"
-    env["RAY_enable_worker_prestart"] = "0"
     _, wall = harness.run_batch(runs, workdir, env)
     FIGURES.append(
         f"trainer runs: {len(runs)} in one driver, {wall:.0f} s wall; per run (s): "

@@ -165,10 +165,6 @@ def run_gmpo_openrlhf(
         "OPENRLHF_E2E_RAY": json.dumps({"num_cpus": max(4, 2 * ray_gpus), "num_gpus": ray_gpus, "temp_dir": ray_temp}),
         "OPENRLHF_E2E_RECORD_DIR": str(out / "record"),
         "WANDB_MODE": "disabled",
-        # Ray starts no idle workers ahead of demand: OpenRLHF's actors run in its runtime_env, so
-        # workers started ahead (without it) are never used and only compete for the CPU
-        "RAY_prestart_worker_first_driver": "0",
-        "RAY_enable_worker_prestart": "0",
         **(extra_env or {}),
     }
     start = time.monotonic()
