@@ -46,6 +46,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             grads.append(full / WORLD)  # ... then divide by the world size
         if rank == 0:
             torch.save(grads, os.path.join(out_dir, "grads.pt"))
+        dist.barrier()  # both ranks are done with gloo before either tears it down
     finally:
         dist.destroy_process_group()
 
