@@ -29,7 +29,7 @@ import torch
 
 from gmpo_plugins.core.kl import reference_kl
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
-from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQUENCE, masked_sum, row_weights
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQUENCE, as_bool_mask, masked_sum, row_weights
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
 RATIO_METRIC_KEYS = (
@@ -145,14 +145,14 @@ def kl_rows(
     loss_name: str,
 ) -> torch.Tensor | None:
     """K (B,): the per-token KL to the reference policy (``core/kl.py``) summed over each
-    row's valid tokens, differentiable; None without ``ref_log_probs``.
+    row's valid tokens (``mask``, bool or 0/1), differentiable; None without ``ref_log_probs``.
 
     Raises ValueError when ``kl_beta > 0`` and ``ref_log_probs`` is missing.
     """
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
     log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
     kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name)
-    return None if kl is None else masked_sum(kl, mask, dim=-1)
+    return None if kl is None else masked_sum(kl, as_bool_mask(mask), dim=-1)
 
 
 def finish(

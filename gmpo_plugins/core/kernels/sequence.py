@@ -73,7 +73,7 @@ def _finish(
 ) -> LossOutput:
     """The shared tail (``tail.finish``) with this path's IS weights and KL rows."""
     dtype = values.dtype
-    mask = as_bool_mask(inputs.mask)
+    mask = inputs.mask  # as given: the helpers below convert it only where they need it
     rho = sequence_is_weights(inputs.rollout_is_weights, mask, is_aggregation, dtype)
     kl = kl_rows(
         inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name

@@ -262,9 +262,8 @@ def fused_clipped_ratio_loss(
     extra = {}
     if dual_clip is not None:
         extra["clip_frac_dual"] = (stats[7].sum() / stats[2].sum().clamp_min(1)).detach()
-    mask = as_bool_mask(inputs.mask)
     kl = kl_rows(
-        inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
+        inputs, inputs.mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
     )
     return finish(
         row_sums,
