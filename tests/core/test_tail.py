@@ -103,7 +103,9 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
         inputs.old_log_probs,
         inputs.mask,
         p.advantages,
-        PassOptions(low=eps, high=eps, bound=bound, count_low=True, count_high=True, normalise=True, impl="torch"),
+        PassOptions(
+            low=eps, high=eps, bound=bound, count_low=True, count_high=True, normalise=True, metrics=True, impl="torch"
+        ),
     )
     for name in RowStats._fields:
         torch.testing.assert_close(getattr(fused, name), getattr(eager, name), msg=name)

@@ -106,7 +106,6 @@ def fused_geometric_mean_loss(
     token_clip = clip == "token"
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
-    metrics: torch.Tensor | None
     value, stats, metrics = fused_sequence_rows(
         _policy_log_probs(inputs, rollout_is_aggregation, dtype),
         inputs.old_log_probs,
@@ -119,6 +118,7 @@ def fused_geometric_mean_loss(
             count_low=token_clip and low < bound,
             count_high=token_clip and high < bound,
             normalise=normalise and clip != "sequence",
+            metrics=clip != "sequence",  # seqclip's clipped counts are decided after the pass
             impl=impl,
         ),
     )
@@ -129,7 +129,6 @@ def fused_geometric_mean_loss(
         stats = stats._replace(
             clipped_low=torch.where(seq_low, stats.count, zeros), clipped_high=torch.where(seq_high, stats.count, zeros)
         )
-        metrics = None
         if normalise:
             value = value / stats.count.clamp_min(1)
     if not normalise:
@@ -172,7 +171,16 @@ def fused_gspo_loss(
         inputs.old_log_probs,
         inputs.mask,
         advantages,
-        PassOptions(low=bound, high=bound, bound=bound, count_low=False, count_high=False, normalise=True, impl=impl),
+        PassOptions(
+            low=bound,
+            high=bound,
+            bound=bound,
+            count_low=False,
+            count_high=False,
+            normalise=True,
+            metrics=False,  # gspo's clipped counts are decided after the pass
+            impl=impl,
+        ),
     )
     ratio = torch.exp(value)
     pg = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))

@@ -51,13 +51,16 @@ def _sequence_rows(
     count_low: bool,
     count_high: bool,
     normalise: bool,
+    metrics: bool,
     impl: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(value (B,), table (7, B), metrics (9,), active (B, T) bool), module docstring.
+    """(value (B,), table (7, B), metrics (9,) or (0,), active (B, T) bool), module docstring.
 
     advantages (B,) in the compute dtype; ``low``/``high`` the log-space bounds of the
     advantage's side (R where there is no clip); ``count_low``/``count_high`` whether tokens
-    beyond them count as clipped (the bound is an eps one) or only as guarded; ``impl`` the
+    beyond them count as clipped (the bound is an eps one) or only as guarded; ``metrics``
+    whether the table's clipped counts are final, so that the metric vector is computed here
+    (else it is empty and the caller, which changes them, computes it); ``impl`` the
     backend ``"torch"`` or ``"triton"`` (``dispatch.backend_name``), chosen and checked before.
     """
     backend = backend_named(impl)
@@ -75,20 +78,22 @@ def _sequence_rows(
         clipped_high=torch.where(advantages > 0, above, zero) if count_high else torch.zeros_like(count),
     )
     value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
-    return value, torch.stack(stats), metric_vector(stats), active
+    vector = metric_vector(stats) if metrics else count.new_empty((0,))
+    return value, torch.stack(stats), vector, active
 
 
 sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence_rows, mutates_args=())
 
 
 @sequence_rows.register_fake
-def _(log_probs: torch.Tensor, *_: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _(log_probs: torch.Tensor, *args: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
+    metrics = args[-2]  # PassOptions.metrics
     return (
         log_probs.new_empty((batch,), dtype=dtype),
         log_probs.new_empty((ROW_STATS, batch), dtype=dtype),
-        log_probs.new_empty((len(RATIO_METRIC_KEYS),), dtype=dtype),
+        log_probs.new_empty((len(RATIO_METRIC_KEYS) if metrics else 0,), dtype=dtype),
         log_probs.new_empty((batch, length), dtype=torch.bool),
     )
 
@@ -131,6 +136,7 @@ class PassOptions(NamedTuple):
     count_low: bool
     count_high: bool
     normalise: bool
+    metrics: bool
     impl: str
 
 
@@ -175,8 +181,9 @@ def fused_sequence_rows(
     mask: torch.Tensor,
     advantages: torch.Tensor,
     options: PassOptions,
-) -> tuple[torch.Tensor, RowStats, torch.Tensor]:
-    """(value (B,) differentiable, ``RowStats``, metric vector (9,)); module docstring.
+) -> tuple[torch.Tensor, RowStats, torch.Tensor | None]:
+    """(value (B,) differentiable, ``RowStats``, metric vector (9,), or None without
+    ``options.metrics``); module docstring.
 
     ``options.impl`` is a loss's ``impl`` ("auto", "torch" or "triton"): an impl this input
     cannot run is refused before any work, and the operators get the backend it selects.
@@ -186,4 +193,4 @@ def fused_sequence_rows(
     value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         log_probs, old_log_probs.detach(), mask.detach(), advantages, *options
     )
-    return value, RowStats(*table.unbind(0)), metrics
+    return value, RowStats(*table.unbind(0)), metrics if options.metrics else None
