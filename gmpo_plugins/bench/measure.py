@@ -1,7 +1,11 @@
 """Timing and peak-memory measurement of one forward+backward callable.
 
-Time: median wall-clock over ``repeats`` calls after one warm-up call; on CUDA each call
-is bracketed by ``torch.cuda.synchronize()``. On CPU also the median process CPU time
+Time: the callables of one grid cell are timed together, in rounds: one warm-up call of
+each, then ``repeats`` rounds that call each once, every round starting one place later
+in the list. No callable is always timed first (after the others' allocations and with a
+cold cache), and a slow spell of a shared machine falls on all of them alike, so their
+ratios hold. Each gets the median wall-clock time of its calls; on CUDA each call is
+bracketed by ``torch.cuda.synchronize()``. On CPU also the median process CPU time
 (``time.process_time``, all threads), less sensitive to other processes on the machine.
 
 Peak extra memory: the highest number of bytes allocated by tensors during one call,
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -36,19 +40,26 @@ class Timing(NamedTuple):
     cpu: float | None
 
 
-def median_times(fn: Callable[[], object], device: torch.device, repeats: int) -> Timing:
-    """Median wall-clock (and, on CPU, process CPU) seconds of ``fn()`` over ``repeats``
-    calls after one warm-up call."""
-    fn()
-    walls, cpus = [], []
-    for _ in range(repeats):
-        _sync(device)
-        cpu_start, start = time.process_time(), time.perf_counter()
+def interleaved_median_times(fns: Sequence[Callable[[], object]], device: torch.device, repeats: int) -> list[Timing]:
+    """Median wall-clock (and, on CPU, process CPU) seconds of each of ``fns``, timed in
+    rounds (see the module docstring): ``result[i]`` is the timing of ``fns[i]``."""
+    for fn in fns:
         fn()
-        _sync(device)
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - cpu_start)
-    return Timing(statistics.median(walls), statistics.median(cpus) if device.type == "cpu" else None)
+    walls: list[list[float]] = [[] for _ in fns]
+    cpus: list[list[float]] = [[] for _ in fns]
+    for round_index in range(repeats):
+        for offset in range(len(fns)):
+            index = (round_index + offset) % len(fns)
+            _sync(device)
+            cpu_start, start = time.process_time(), time.perf_counter()
+            fns[index]()
+            _sync(device)
+            walls[index].append(time.perf_counter() - start)
+            cpus[index].append(time.process_time() - cpu_start)
+    return [
+        Timing(statistics.median(wall), statistics.median(cpu) if device.type == "cpu" else None)
+        for wall, cpu in zip(walls, cpus, strict=True)
+    ]
 
 
 def _cpu_peak_bytes(fn: Callable[[], object]) -> int | None:

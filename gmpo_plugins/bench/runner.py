@@ -124,8 +124,19 @@ def _cuda_launches(fn: Callable[[], None]) -> int | None:
 
 
 @dataclass(frozen=True)
+class _Variant:
+    """One callable of a grid cell: ``fn()`` is one forward+backward that must keep
+    ``expected`` bytes (its gradient)."""
+
+    loss: str
+    name: str
+    fn: Callable[[], None]
+    expected: int
+
+
+@dataclass(frozen=True)
 class _Cell:
-    """One (shape, dtype) of the grid: measures a variant's call there into a result row."""
+    """One (shape, dtype) of the grid: measures its variants into result rows."""
 
     shape: tuple[int, int]
     dtype_name: str
@@ -134,15 +145,22 @@ class _Cell:
     clear_grad: Callable[[], None]
     progress: Callable[[str], None]
 
-    def measure(self, loss: str, variant: str, fn: Callable[[], None], expected: int) -> dict:
-        """Time, peak extra memory and operator count of ``fn()``: one row (see the module docstring)."""
-        self.progress(f"{self.shape[0]}x{self.shape[1]} {self.dtype_name} {loss} {variant}")
-        timing = measure.median_times(fn, self.device, self.repeats)
-        extra = measure.peak_extra_bytes(fn, self.device, expected, reset=self.clear_grad)
-        row = _row(loss, variant, self.shape, self.dtype_name, timing, extra, ops.count_ops(fn))
-        if self.device.type == "cuda" and loss == "gmpo" and variant == "fused":
-            row["launches"] = _cuda_launches(fn)
-        return row
+    def measure(self, cell_variants: list[_Variant]) -> list[dict]:
+        """Time (interleaved, ``measure.interleaved_median_times``), peak extra memory and
+        operator count of each variant: one row each (see the module docstring)."""
+        label = f"{self.shape[0]}x{self.shape[1]} {self.dtype_name}"
+        self.progress(f"{label}: timing {len(cell_variants)} variants in {self.repeats} interleaved rounds")
+        timings = measure.interleaved_median_times([v.fn for v in cell_variants], self.device, self.repeats)
+        rows = []
+        for variant, timing in zip(cell_variants, timings, strict=True):
+            self.progress(f"{label} {variant.loss} {variant.name}: memory and operators")
+            extra = measure.peak_extra_bytes(variant.fn, self.device, variant.expected, reset=self.clear_grad)
+            counted = ops.count_ops(variant.fn)
+            row = _row(variant.loss, variant.name, self.shape, self.dtype_name, timing, extra, counted)
+            if self.device.type == "cuda" and variant.loss == "gmpo" and variant.name == "fused":
+                row["launches"] = _cuda_launches(variant.fn)
+            rows.append(row)
+        return rows
 
 
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda message: None) -> dict:
@@ -150,8 +168,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
     device = torch.device(config.device)
     specs = [get_loss(name) for name in config.losses]
     notes = [
-        "time: median of forward+backward over the repeats after one warm-up call (wall clock; on CPU "
-        "also process CPU time, which other processes on a shared machine inflate much less)",
+        "time: median of forward+backward over the repeats, the variants of one shape and dtype timed in "
+        "interleaved rounds after one warm-up call each (wall clock; on CPU also process CPU time, which "
+        "other processes on a shared machine inflate much less)",
         "floor: torch.where(mask, log_probs, old_log_probs) into a new tensor (one read of the "
         "inputs, one write of a gradient-sized tensor, including the first-touch page faults every "
         "fresh gradient pays); 'floor, preallocated out' writes into one reused buffer",
@@ -182,42 +201,40 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
         for shape in config.shapes:
             case = variants.make_case(shape[0], shape[1], dtype, device)
             grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
-            clear_grad = case.clear_grad
             label = f"{shape[0]}x{shape[1]} {dtype_name}"
-            measure_one = _Cell(shape, dtype_name, device, config.repeats, clear_grad, progress).measure
-
-            floor_row = measure_one("(floor)", "floor", variants.floor(case), grad_bytes)
-            _ratios(floor_row, floor_row, None)
-            prealloc_row = measure_one("(floor)", "floor, preallocated out", variants.floor_preallocated(case), 0)
-            _ratios(prealloc_row, floor_row, None)
-            group = [floor_row, prealloc_row]
+            cell_variants = [
+                _Variant("(floor)", "floor", variants.floor(case), grad_bytes),
+                _Variant("(floor)", "floor, preallocated out", variants.floor_preallocated(case), 0),
+            ]
             for spec in specs:
                 if spec.name in failed:
                     continue
+                fused_fn = variants.fused(spec, case)
                 try:
-                    fused_row = measure_one(spec.name, "fused", variants.fused(spec, case), grad_bytes)
+                    fused_fn()
                 except Exception as exc:  # noqa: BLE001 - a broken (plugin) loss must not stop the others
                     failed[spec.name] = f"{type(exc).__name__}: {exc}"
                     progress(f"{label} {spec.name} failed: {failed[spec.name]}")
                     continue
-                loss_rows = [fused_row]
-                eager_row = None
                 if variants.has_eager(spec):
-                    eager_row = measure_one(spec.name, "eager", variants.eager(spec, case), grad_bytes)
-                    loss_rows.append(eager_row)
+                    cell_variants.append(_Variant(spec.name, "fused", fused_fn, grad_bytes))
+                    cell_variants.append(_Variant(spec.name, "eager", variants.eager(spec, case), grad_bytes))
+                else:
+                    cell_variants.append(_Variant(spec.name, "registry (no fused path)", fused_fn, grad_bytes))
                 if spec.name == "gmpo":
-                    fn, why = variants.verl_geo_mean(case)
-                    if fn is None:
+                    verl_fn, why = variants.verl_geo_mean(case)
+                    if verl_fn is None:
                         verl_note = why
                     else:
-                        loss_rows.append(measure_one("gmpo", "verl geo_mean", fn, grad_bytes))
-                for row in loss_rows:
-                    _ratios(row, floor_row, eager_row)
-                if eager_row is None:
-                    fused_row["variant"] = "registry (no fused path)"
-                group.extend(loss_rows)
+                        cell_variants.append(_Variant("gmpo", "verl geo_mean", verl_fn, grad_bytes))
+            cell = _Cell(shape, dtype_name, device, config.repeats, case.clear_grad, progress)
+            group = cell.measure(cell_variants)
+            floor_row = group[0]
+            eager_rows = {row["loss"]: row for row in group if row["variant"] == "eager"}
+            for row in group:
+                _ratios(row, floor_row, eager_rows.get(row["loss"]))
             rows.extend(group)
-            del case, clear_grad, measure_one  # free the inputs before building the next case
+            del case, cell_variants, cell  # free the inputs before building the next case
     if verl_note:
         notes.append(verl_note)
     notes.extend(f"loss {name} failed and was skipped: {why}" for name, why in failed.items())
