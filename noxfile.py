@@ -21,14 +21,24 @@
 
 torch is pinned to 2.13.0, whose CPU wheel is available locally on the project's
 machines; an unpinned torch would pull a multi-GB CUDA build.
+
+Each session removes its virtualenv (.nox/<session>) once it passes, because nox would
+build it afresh on the next run anyway: the full suite then needs the disk of its largest
+session, not of all twelve together (about 20 GB). A failed session keeps its virtualenv
+for inspection, and so does every session when nox is told to reuse virtualenvs
+(`nox -r -s verl_e2e`, then `.nox/verl_e2e/bin/python ...`) or to only install
+(`nox --install-only`).
 """
 
+import functools
 import glob
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 import nox
+from nox.virtualenv import VirtualEnv
 
 TORCH = "torch==2.13.0"
 # compare/parity: inside verl 0.9's range (transformers >= 5.5.3, < 5.11)
@@ -47,7 +57,30 @@ nox.options.error_on_missing_interpreters = True
 WARNINGS_REPORTED = ("-W", "default")
 
 
-@nox.session
+def release_virtualenv(session: nox.Session) -> None:
+    """Remove the session's virtualenv, unless nox reuses virtualenvs in this run (-r, -R,
+    --reuse-venv) or only installs (--install-only: `session.run` returns None without running)."""
+    venv = session.virtualenv
+    if not isinstance(venv, VirtualEnv) or venv.reuse_existing:
+        return
+    if session.run("python", "-c", "", silent=True) is None:
+        return
+    session.log(f"removing {venv.location} (the session passed; keep it with -r)")
+    shutil.rmtree(venv.location)
+
+
+def session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+    """``nox.session`` whose virtualenv is removed once the session passes (``release_virtualenv``)."""
+
+    @functools.wraps(func)
+    def run_then_release(session: nox.Session) -> None:
+        func(session)
+        release_virtualenv(session)
+
+    return nox.session(run_then_release)
+
+
+@session
 def core(session: nox.Session) -> None:
     """Losses, registry, CLI: no framework installed."""
     session.install(TORCH)
@@ -69,7 +102,7 @@ def core(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@session
 def kernels(session: nox.Session) -> None:
     """The Triton kernels of core/kernels against the eager oracle, and torch.compile over
     their custom operators, in Triton's CPU interpreter (TRITON_INTERPRET=1; on a CUDA
@@ -88,7 +121,7 @@ def kernels(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@session
 def trl(session: nox.Session) -> None:
     """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
     `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported)."""
@@ -98,7 +131,7 @@ def trl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "parity")
 
 
-@nox.session
+@session
 def verl(session: nox.Session) -> None:
     """verl adapter: entry-point registration (also in a Ray worker), config translation,
     verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
@@ -110,7 +143,7 @@ def verl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "parity")
 
 
-@nox.session
+@session
 def verl_e2e(session: nox.Session) -> None:
     """verl's real trainer on CPU (RayPPOTrainer.fit, engine workers, FSDP2 on gloo) with
     loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks (verl's
@@ -194,7 +227,7 @@ DEEPSPEED_CPU_OPS = (
 OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
 
 
-@nox.session
+@session
 def openrlhf(session: nox.Session) -> None:
     """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
     byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker;
@@ -230,7 +263,7 @@ SKYRL_REQUIREMENTS = (
 )
 
 
-@nox.session
+@session
 def skyrl(session: nox.Session) -> None:
     """SkyRL adapter against skyrl 0.3.0 on CPU: registration (also through SkyRL's Ray registry
     actor), loss and gradient vs the core through SkyRL's advantage pre-scaling for every
@@ -250,7 +283,7 @@ def skyrl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "parity", env=env)
 
 
-@nox.session
+@session
 def openrlhf_e2e(session: nox.Session) -> None:
     """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
     loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
@@ -268,7 +301,7 @@ def openrlhf_e2e(session: nox.Session) -> None:
     session.run("pytest", "tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
 
 
-@nox.session
+@session
 def compare(session: nox.Session) -> None:
     """The README's main job: GMPO vs GRPO through the core on the toy task over several seeds,
     report in a new folder ./gmpo-report/<UTC time> (so no earlier report is touched);
@@ -279,7 +312,7 @@ def compare(session: nox.Session) -> None:
     session.run("gmpo-plugins", "compare", "--out", out, *session.posargs)
 
 
-@nox.session
+@session
 def compare_tests(session: nox.Session) -> None:
     """tests/compare (tasks, statistics, rollout, 2-step runs, report folder, subprocess runner,
     parity, bad input),
@@ -290,7 +323,7 @@ def compare_tests(session: nox.Session) -> None:
     session.run("gmpo-plugins", "parity")
 
 
-@nox.session
+@session
 def lint(session: nox.Session) -> None:
     """Static checks, no test run: ruff (E,F,W,I,B,UP,BLE and Google-style docstrings, D),
     `ruff format --check`, mypy (strict for gmpo_plugins.core), and the docs site with
@@ -305,7 +338,7 @@ def lint(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@session
 def dist(session: nox.Session) -> None:
     """The artefacts users install, checked as built and as installed from the wheel:
 

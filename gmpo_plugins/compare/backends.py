@@ -44,8 +44,8 @@ Where a framework runs (``resolve_runner``):
 - ``GMPO_PLUGINS_PYTHON_<NAME>`` set (e.g. ``GMPO_PLUGINS_PYTHON_VERL=/venvs/verl/bin/python``):
   in a subprocess of that interpreter;
 - ``core``, or the framework importable in this interpreter: in this process;
-- ``./.nox/<name>/bin/python`` exists (made by ``nox -s <name>``): in a subprocess of it;
-- otherwise a usage error telling the user to run ``python3 -m nox -s <name>`` first.
+- ``./.nox/<name>/bin/python`` exists (made and kept by ``nox -r -s <name>``): in a subprocess of it;
+- otherwise a usage error telling the user to run ``python3 -m nox -r -s <name>`` first.
 
 Before any warm-up, ``compare`` asks each subprocess framework which requested losses it
 does not support (``run_one --check-losses``, seconds: it only imports the framework).
@@ -309,7 +309,7 @@ def resolve_runner(name: str, cwd: Path | None = None) -> Runner:
         return Runner(name, str(nox_python))
     raise BackendError(
         f"framework {name!r} is not installed in this environment and .nox/{name} does not exist: "
-        f"run `python3 -m nox -s {name}` first (it builds the {name} virtualenv), "
+        f"run `python3 -m nox -r -s {name}` first (it builds the {name} virtualenv; -r keeps it), "
         f"or set {variable} to a Python that has {name} and gmpo-plugins"
     )
 

@@ -44,7 +44,7 @@ def test_env_var_selects_a_subprocess(monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl installed here")
 def test_nox_virtualenv_is_found(tmp_path, monkeypatch):
     monkeypatch.delenv("GMPO_PLUGINS_PYTHON_VERL", raising=False)
-    with pytest.raises(BackendError, match="run `python3 -m nox -s verl` first"):
+    with pytest.raises(BackendError, match="run `python3 -m nox -r -s verl` first"):
         resolve_runner("verl", cwd=tmp_path)
     python = tmp_path / ".nox" / "verl" / "bin" / "python"
     python.parent.mkdir(parents=True)

@@ -51,7 +51,7 @@ def test_framework_not_installed_points_to_nox(capsys, tmp_path, monkeypatch):
     monkeypatch.delenv("GMPO_PLUGINS_PYTHON_VERL", raising=False)
     code, lines = run_error(capsys, "compare", "--frameworks", "core,verl", "--out", str(tmp_path / "out"))
     assert code == 2 and len(lines) == 1
-    assert "python3 -m nox -s verl" in lines[0] and "GMPO_PLUGINS_PYTHON_VERL" in lines[0]
+    assert "python3 -m nox -r -s verl" in lines[0] and "GMPO_PLUGINS_PYTHON_VERL" in lines[0]
 
 
 def test_python_env_var_must_be_an_interpreter(capsys, tmp_path, monkeypatch):
