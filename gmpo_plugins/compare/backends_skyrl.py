@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from gmpo_plugins.adapters.skyrl.options import CORE_REDUCTION, FIELDS
 from gmpo_plugins.compare.backends import (
     BackendError,
     Metric,
@@ -51,17 +52,7 @@ from gmpo_plugins.compare.backends import (
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
-FIELDS = {
-    "eps_low": "eps_clip_low",
-    "eps_high": "eps_clip_high",
-    "reduction": "loss_reduction",
-    "norm_length": "max_seq_len",
-}
-SKYRL_REDUCTION = {
-    "token-mean": "token_mean",
-    "seq-mean-token-mean": "sequence_mean",
-    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
-}
+SKYRL_REDUCTION = {core: skyrl for skyrl, core in CORE_REDUCTION.items()}
 OWN = OwnLosses(
     names={"grpo": "regular", "dapo": "regular", "dr_grpo": "regular", "gspo": "gspo"},
     label="regular/gspo",
