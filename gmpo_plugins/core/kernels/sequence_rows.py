@@ -86,10 +86,10 @@ sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence
 
 
 @sequence_rows.register_fake
-def _(log_probs: torch.Tensor, *args: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _(log_probs: torch.Tensor, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
-    metrics = args[-2]  # PassOptions.metrics
+    metrics = PassOptions(*args[3:]).metrics  # args: old_log_probs, mask, advantages, then the options
     return (
         log_probs.new_empty((batch,), dtype=dtype),
         log_probs.new_empty((ROW_STATS, batch), dtype=dtype),
