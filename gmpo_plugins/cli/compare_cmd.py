@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from gmpo_plugins.cli.errors import UsageError
 
 if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the command runs (import_compare)
-    from gmpo_plugins.compare.backends import LossBackend, Runner
-    from gmpo_plugins.compare.task import Task
-    from gmpo_plugins.compare.trainer import RLConfig
+    from gmpo_plugins.compare.backends.base import LossBackend, Runner
+    from gmpo_plugins.compare.experiment.task import Task
+    from gmpo_plugins.compare.experiment.trainer import RLConfig
 
 DEFAULT_OUT = "gmpo-report"
 DEFAULT_SEEDS = 8
@@ -39,8 +39,8 @@ INTERRUPTED_STATUS = 130
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    from gmpo_plugins.compare.backends import FRAMEWORKS
-    from gmpo_plugins.compare.task import DEFAULT_TASK, TASKS
+    from gmpo_plugins.compare.backends.base import FRAMEWORKS
+    from gmpo_plugins.compare.experiment.task import DEFAULT_TASK, TASKS
 
     parser = commands.add_parser(
         "compare",
@@ -150,19 +150,19 @@ class Plan:
 def check_support(losses: list[str], frameworks: list[str]) -> tuple[dict[str, Runner], dict[str, LossBackend]]:
     """(runners, in-process backends); BackendError when a framework cannot run a loss.
     Out-of-process frameworks are asked in their own interpreter."""
-    from gmpo_plugins.compare import backends
+    from gmpo_plugins.compare.backends import base
 
     runners: dict[str, Runner] = {}
     in_process: dict[str, LossBackend] = {}
     for name in frameworks:
-        runners[name] = backends.resolve_runner(name)
+        runners[name] = base.resolve_runner(name)
         if runners[name].in_process:
-            in_process[name] = backends.load_backend(name)
+            in_process[name] = base.load_backend(name)
             unsupported = [loss for loss in losses if not in_process[name].supports(loss)]
         else:
-            unsupported = backends.check_in_subprocess(runners[name], losses)
+            unsupported = base.check_in_subprocess(runners[name], losses)
         if unsupported:
-            raise backends.BackendError(f"framework {name!r} does not support loss(es) {unsupported}")
+            raise base.BackendError(f"framework {name!r} does not support loss(es) {unsupported}")
     return runners, in_process
 
 
@@ -170,9 +170,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     """Check every option before anything runs or is written; UsageError on the first bad one."""
     import torch
 
-    from gmpo_plugins.compare import backends, outdir
-    from gmpo_plugins.compare.task import make_task
-    from gmpo_plugins.compare.trainer import RLConfig
+    from gmpo_plugins.compare.backends import base
+    from gmpo_plugins.compare.report import outdir
+    from gmpo_plugins.compare.experiment.task import make_task
+    from gmpo_plugins.compare.experiment.trainer import RLConfig
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     if args.steps is not None and args.steps < 1:
@@ -196,11 +197,11 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise UsageError("--device: cuda requested but torch.cuda.is_available() is False")
     try:
         runners, in_process = check_support(losses, split_names(args.frameworks, "--frameworks"))
-    except backends.BackendError as exc:
+    except base.BackendError as exc:
         raise UsageError(f"--frameworks: {exc}") from None
     given_model = None
     if args.model is not None:
-        from gmpo_plugins.compare.model import ModelLoadError, load_model
+        from gmpo_plugins.compare.experiment.model import ModelLoadError, load_model
 
         try:
             given_model = load_model(args.model)
@@ -219,8 +220,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
 def initial_model(args: argparse.Namespace, plan: Plan, seed: int, device, console):
     """(model, tokenizer, description, warm-up note) of one seed: --model as is, or the default
     model initialised from ``seed`` and warmed up."""
-    from gmpo_plugins.compare.model import ModelConfig, build_model, warm_up
-    from gmpo_plugins.compare.task import build_char_tokenizer
+    from gmpo_plugins.compare.experiment.model import ModelConfig, build_model, warm_up
+    from gmpo_plugins.compare.experiment.task import build_char_tokenizer
 
     if plan.given_model is not None:
         model, tokenizer = plan.given_model
@@ -236,7 +237,7 @@ def initial_model(args: argparse.Namespace, plan: Plan, seed: int, device, conso
 
 
 def run(args: argparse.Namespace) -> int:
-    from gmpo_plugins.compare import backends
+    from gmpo_plugins.compare.backends import base
 
     try:
         return run_plan(args)
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
         where = f"; {out} is incomplete (see {out / 'INCOMPLETE'})" if (out / "INCOMPLETE").exists() else ""
         print(f"gmpo-plugins compare: interrupted{where}", file=sys.stderr)
         return INTERRUPTED_STATUS
-    except backends.RunFailed as exc:
+    except base.RunFailed as exc:
         print(f"gmpo-plugins compare: error: {exc}", file=sys.stderr)
         return 1
 
@@ -256,9 +257,10 @@ def run_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gmpo_plugins.compare import backends, outdir, report
-    from gmpo_plugins.compare.model import save_model
-    from gmpo_plugins.compare.trainer import train, use_one_cpu_thread
+    from gmpo_plugins.compare.backends import base
+    from gmpo_plugins.compare.report import outdir, writer
+    from gmpo_plugins.compare.experiment.model import save_model
+    from gmpo_plugins.compare.experiment.trainer import train, use_one_cpu_thread
 
     plan = make_plan(args)
     command = command_line(args, plan)
@@ -292,7 +294,7 @@ def run_plan(args: argparse.Namespace) -> int:
                         )  # fmt: skip
                     else:
                         (plan.out / "logs").mkdir(exist_ok=True)
-                        stream = backends.run_in_subprocess(
+                        stream = base.run_in_subprocess(
                             runner,
                             loss_name=loss_name,
                             task=plan.task.name,
@@ -304,7 +306,7 @@ def run_plan(args: argparse.Namespace) -> int:
                     with closing(stream):
                         for record in stream:
                             records.append(record)
-                            report.append_metrics(metrics_path, record)
+                            writer.append_metrics(metrics_path, record)
                             if record["step"] > 0:
                                 progress.update(bar, advance=1, status=f"reward {record['reward']:.2f}")
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -321,12 +323,12 @@ def run_plan(args: argparse.Namespace) -> int:
         ),
         "time": f"{wall:.0f} s wall, {cpu:.0f} s CPU of this process (warm-ups included)",
     }
-    result = report.build(records, plan.losses)
-    plots = report.write_plots(plan.out, records, plan.losses)
-    report.write_markdown(plan.out / "report.md", result, command=command, setup=setup, plots=plots)
+    result = writer.build(records, plan.losses)
+    plots = writer.write_plots(plan.out, records, plan.losses)
+    writer.write_markdown(plan.out / "report.md", result, command=command, setup=setup, plots=plots)
     outdir.mark_complete(plan.out)
     out_console = Console(width=None if console.is_terminal else 200)
-    for table in report.rich_tables(result):
+    for table in writer.rich_tables(result):
         out_console.print(table)
     print(f"report: {plan.out / 'report.md'} (metrics.jsonl, {', '.join(plots)}); total {wall:.0f} s")
     return 0

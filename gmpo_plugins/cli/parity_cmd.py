@@ -1,5 +1,5 @@
 """``gmpo-plugins parity``: hard fixed batches through every available loss call path,
-compared with the core (``gmpo_plugins.compare.parity``). Exit status 1 when an adapter
+compared with the core (``gmpo_plugins.compare.parity.harness``). Exit status 1 when an adapter
 of this package differs from the core beyond the tolerance."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("parity prints its table with rich: pip install 'gmpo-plugins[cli]'") from None
 
-    from gmpo_plugins.compare import parity
+    from gmpo_plugins.compare.parity import harness
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     losses = None
@@ -42,12 +42,12 @@ def run(args: argparse.Namespace) -> int:
                 get_loss(name)
         except UnknownLossError as exc:
             raise UsageError(f"--losses: {exc}") from None
-    tol = parity.TOLERANCE if args.tol is None else args.tol
+    tol = harness.TOLERANCE if args.tol is None else args.tol
     if not tol > 0:
         raise UsageError(f"--tol: expected a number > 0, got {args.tol}")
 
-    rows, skipped = parity.run_parity(losses, tol)
-    table = Table(title=f"gmpo-plugins parity vs core (cases: {', '.join(c.name for c in parity.parity_cases())})")
+    rows, skipped = harness.run_parity(losses, tol)
+    table = Table(title=f"gmpo-plugins parity vs core (cases: {', '.join(c.name for c in harness.parity_cases())})")
     for column in ("target", "kind", "loss", "Δloss", "Δgrad", "Δmetric", "worst metric", "Δsplit 2/4", "status"):
         table.add_column(column, overflow="fold")
     for row in rows:

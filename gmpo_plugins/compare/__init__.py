@@ -1,14 +1,18 @@
-"""``gmpo-plugins compare`` and ``gmpo-plugins parity``: losses and frameworks side by side.
+"""Comparisons: losses side by side (``gmpo-plugins compare``) and call paths side by side
+(``gmpo-plugins parity``), each in a room of its own.
 
-    task.py        toy task (reverse a digit string), binary reward, char tokenizer
-    model.py       tiny GPT-2 from a config, supervised warm-up, --model loading
-    rollout.py     group sampling, rewards, group-normalised advantages
-    trainer.py     the RL loop, one metrics record per step
-    backends.py    the framework backend interface, the core backend, subprocess runner
-    run_one.py     one run inside another virtualenv (used by backends.py)
-    report.py      summary, terminal table, metrics.jsonl, report.md, PNG plots
-    parity.py      hard fixed batches through every loss call path vs the core
-    references.py  third-party implementations used as parity references
+    experiment/  the toy RL task and its training loop (task, tokenizer encoding, tiny model
+                 and warm-up, rollout, held-out evaluation, the RL loop, one run in another
+                 virtualenv: ``python -m gmpo_plugins.compare.experiment.run_one``)
+    backends/    how one policy-loss call goes through each framework's own call path (the
+                 interface, the core backend, where a framework runs; one module per framework)
+    parity/      the parity harness: hard fixed batches through every call path and the
+                 third-party references it is measured against
+    report/      what results become: statistics with intervals, the paper's claims, the
+                 per-loss summary, plots, the report folder and its overwrite rule
+
+Imports between the rooms go one way: ``experiment`` and ``parity`` use ``backends``;
+``report`` and ``backends`` use no other room (``tests/core/test_imports.py`` checks it).
 
 Needs transformers, rich and matplotlib (``pip install 'gmpo-plugins[compare]'``); nothing
 here is imported by ``import gmpo_plugins``.

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from gmpo_plugins.compare.trainer import TIMING_KEYS
+from gmpo_plugins.compare.experiment.trainer import TIMING_KEYS
 
 TIMING = set(TIMING_KEYS)
 

@@ -135,7 +135,7 @@ def test_subprocess_runner_matches_in_process(two_step_report, tmp_path, monkeyp
 def test_model_directory_of_another_architecture(tmp_path):
     """--model: any local causal LM directory with a tokenizer (here a random Llama with
     the task's char tokenizer), used as is."""
-    from gmpo_plugins.compare.task import build_char_tokenizer
+    from gmpo_plugins.compare.experiment.task import build_char_tokenizer
     from tests.tiny_models import tiny_model
 
     tokenizer = build_char_tokenizer()

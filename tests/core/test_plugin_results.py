@@ -161,7 +161,7 @@ def test_compare_help_lists_frameworks_without_markup(capsys):
     out = capsys.readouterr().out
     assert info.value.code == 0
     assert "``" not in out and ":class:" not in out
-    from gmpo_plugins.compare.backends import FRAMEWORKS
+    from gmpo_plugins.compare.backends.base import FRAMEWORKS
 
     assert f"from {', '.join(FRAMEWORKS)}" in " ".join(out.split())
 

@@ -1,4 +1,4 @@
-"""The OpenRLHF backend of ``gmpo-plugins compare``/``parity`` (gmpo_plugins.compare.backends_openrlhf):
+"""The OpenRLHF backend of ``gmpo-plugins compare``/``parity`` (gmpo_plugins.compare.backends.openrlhf):
 registry losses through the patched PolicyLoss match the core on parity's hard cases, and
 OpenRLHF's own ppo/gspo equal our grpo/gspo wherever both compute in float32 within the guard."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gmpo_plugins.compare.backends import load_backend
-from gmpo_plugins.compare.backends_openrlhf import parity_targets
-from gmpo_plugins.compare.parity import compare_target, parity_cases
+from gmpo_plugins.compare.backends.base import load_backend
+from gmpo_plugins.compare.backends.openrlhf import parity_targets
+from gmpo_plugins.compare.parity.harness import compare_target, parity_cases
 
 from ..registry_names import builtin_losses
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gmpo_plugins import list_losses
-from gmpo_plugins.compare.backends import BackendError, load_backend
-from gmpo_plugins.compare.backends_verl import VerlBackend, verl_fields
-from gmpo_plugins.compare.parity import ParityTarget, compare_target, discover_targets, parity_cases
+from gmpo_plugins.compare.backends.base import BackendError, load_backend
+from gmpo_plugins.compare.backends.verl import VerlBackend, verl_fields
+from gmpo_plugins.compare.parity.harness import ParityTarget, compare_target, discover_targets, parity_cases
 
 
 def test_parity_discovers_the_verl_backend_as_an_adapter():

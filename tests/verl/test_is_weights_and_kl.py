@@ -11,9 +11,9 @@ import torch
 from verl.trainer.ppo.core_algos import kl_penalty
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
-from gmpo_plugins.compare import parity
-from gmpo_plugins.compare.backends import PolicyLossCall
-from gmpo_plugins.compare.references import verl_geo_mean, verl_gspo
+from gmpo_plugins.compare.parity import harness
+from gmpo_plugins.compare.backends.base import PolicyLossCall
+from gmpo_plugins.compare.parity.references import verl_geo_mean, verl_gspo
 
 
 def _grad(backend, name, log_probs, old, adv, mask, weights, hparams):
@@ -55,7 +55,7 @@ def test_hand_example_verl_and_core_agree(backend, name, loss, grad):
     )
     hparams = get_loss(name).resolve({})
     theirs = _grad(backend(), name, *args, hparams)
-    from gmpo_plugins.compare.backends import CoreBackend
+    from gmpo_plugins.compare.backends.base import CoreBackend
 
     ours = _grad(CoreBackend(), name, *args, hparams)
     for value, gradient in (theirs, ours):  # verl takes log(w + 1e-10): 4e-9 relative
@@ -68,10 +68,10 @@ def test_parity_is_weights_case_matches_verl(factory, name):
     """On parity's is_weights case (near ratios, token weights in [0.2, 2]) the gradients of
     verl's geo_mean / gspo equal the core's (one micro-batch; the differences of the other
     cases, split and guard, are not in play)."""
-    case = next(c for c in parity.parity_cases() if c.name == "is_weights")
+    case = next(c for c in harness.parity_cases() if c.name == "is_weights")
     backend = factory()
-    got = parity.evaluate(backend, name, case)
-    base = parity.evaluate(parity.CoreBackend(), name, case)
+    got = harness.evaluate(backend, name, case)
+    base = harness.evaluate(harness.CoreBackend(), name, case)
     assert got.loss == pytest.approx(base.loss, rel=1e-6, abs=1e-7)
     assert float((got.grad - base.grad).abs().max()) <= 1e-6 * max(1.0, float(base.grad.abs().max()))
     # the other aggregations differ from verl: the knob matters on this case

@@ -1,7 +1,7 @@
 """Framework backends: how ``gmpo-plugins compare`` computes a policy loss through a
 framework's own call path, and where each framework runs.
 
-The trainer (``gmpo_plugins.compare.trainer``) owns everything except the loss: sampling,
+The trainer (``gmpo_plugins.compare.experiment.trainer``) owns everything except the loss: sampling,
 rewards, advantages, the model's log-probs, the optimizer. For every mini-batch it calls
 
     loss, metrics = backend.policy_loss(PolicyLossCall(
@@ -37,7 +37,7 @@ Writing a backend for framework ``X`` (an adapter author's job):
 2. Add a ``FrameworkInfo`` line to ``FRAMEWORKS`` below (name, module, the framework's
    import name).
 3. Optionally define ``parity_targets() -> Iterable[ParityTarget]`` in the same module
-   (see ``gmpo_plugins.compare.parity``); without it the backend itself is the target.
+   (see ``gmpo_plugins.compare.parity.harness``); without it the backend itself is the target.
 
 Where a framework runs (``resolve_runner``):
 
@@ -49,7 +49,7 @@ Where a framework runs (``resolve_runner``):
 
 Before any warm-up, ``compare`` asks each subprocess framework which requested losses it
 does not support (``run_one --check-losses``, seconds: it only imports the framework).
-A subprocess run is ``<python> -m gmpo_plugins.compare.run_one`` with the initial model
+A subprocess run is ``<python> -m gmpo_plugins.compare.experiment.run_one`` with the initial model
 saved under the report folder, so it needs gmpo-plugins, torch and transformers in its
 environment (not rich or matplotlib). It prints one metrics record per step (JSON, prefixed
 with ``RECORD_PREFIX``) on stdout; the parent merges them into its report.
@@ -137,7 +137,7 @@ class LossBackend(Protocol):
 @dataclass(frozen=True)
 class ParityTarget:
     """A loss call path that ``gmpo-plugins parity`` compares with the core: an adapter
-    (must match) or a third-party reference (differences reported; ``compare.parity``)."""
+    (must match) or a third-party reference (differences reported; ``compare.parity.harness``)."""
 
     label: str
     kind: Literal["adapter", "reference"]
@@ -149,7 +149,7 @@ class CoreBackend:
     """The gmpo_plugins core itself: ``get_loss(loss_name)(LossInputs(...), batch_info)``."""
 
     name = "core"
-    accepts_rollout_is_weights = True  # parity's IS-weight case (``compare.parity``)
+    accepts_rollout_is_weights = True  # parity's IS-weight case (``compare.parity.harness``)
 
     def supports(self, loss_name: str) -> bool:
         get_loss(loss_name)
@@ -243,11 +243,11 @@ class FrameworkInfo:
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {
-    "core": FrameworkInfo("core", "gmpo_plugins.compare.backends", None),
-    "verl": FrameworkInfo("verl", "gmpo_plugins.compare.backends_verl", "verl"),
-    "openrlhf": FrameworkInfo("openrlhf", "gmpo_plugins.compare.backends_openrlhf", "openrlhf"),
-    "trl": FrameworkInfo("trl", "gmpo_plugins.compare.backends_trl", "trl"),
-    "skyrl": FrameworkInfo("skyrl", "gmpo_plugins.compare.backends_skyrl", "skyrl"),
+    "core": FrameworkInfo("core", "gmpo_plugins.compare.backends.base", None),
+    "verl": FrameworkInfo("verl", "gmpo_plugins.compare.backends.verl", "verl"),
+    "openrlhf": FrameworkInfo("openrlhf", "gmpo_plugins.compare.backends.openrlhf", "openrlhf"),
+    "trl": FrameworkInfo("trl", "gmpo_plugins.compare.backends.trl", "trl"),
+    "skyrl": FrameworkInfo("skyrl", "gmpo_plugins.compare.backends.skyrl", "skyrl"),
 }
 
 
@@ -321,7 +321,7 @@ class RunFailed(Exception):
 def _command(runner: Runner, *args: str) -> list[str]:
     if runner.python is None:
         raise BackendError(f"framework {runner.framework!r} runs in this process, not in a subprocess")
-    return [str(runner.python), "-m", "gmpo_plugins.compare.run_one", "--framework", runner.framework, *args]
+    return [str(runner.python), "-m", "gmpo_plugins.compare.experiment.run_one", "--framework", runner.framework, *args]
 
 
 def check_in_subprocess(runner: Runner, losses: list[str], timeout: float = SUPPORT_CHECK_TIMEOUT_S) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import (
+from gmpo_plugins.compare.backends.base import (
     BackendError,
     Metric,
     OwnLosses,

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from gmpo_plugins.adapters.skyrl.options import CORE_REDUCTION, FIELDS
-from gmpo_plugins.compare.backends import (
+from gmpo_plugins.compare.backends.base import (
     BackendError,
     Metric,
     OwnLosses,

@@ -30,8 +30,8 @@ from typing import Any, cast
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
-from gmpo_plugins.compare.backends import Metric, PolicyLossCall
-from gmpo_plugins.compare.references_trl import TensorTrainer, completion_inputs
+from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall
+from gmpo_plugins.compare.parity.references_trl import TensorTrainer, completion_inputs
 from gmpo_plugins.core.registry import get_loss
 
 

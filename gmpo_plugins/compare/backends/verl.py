@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from gmpo_plugins.adapters.verl.options import FIELDS
-from gmpo_plugins.compare.backends import Metric, PolicyLossCall, refuse_uncarried, strip_prefix
+from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall, refuse_uncarried, strip_prefix
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 

@@ -1,12 +1,12 @@
 """Token layout of the toy task's text: prompts left-padded, answers right-padded and
 closed by EOS, so that the warm-up, the rollout and training build the same sequences
-(layout in ``compare.model``'s docstring)."""
+(layout in ``compare.experiment.model``'s docstring)."""
 
 from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.compare.task import Problem
+from gmpo_plugins.compare.experiment.task import Problem
 
 
 def encode_prompts(tokenizer, problems: list[Problem], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

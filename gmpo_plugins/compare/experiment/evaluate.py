@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.compare.rollout import score_completions
-from gmpo_plugins.compare.task import Task
+from gmpo_plugins.compare.experiment.rollout import score_completions
+from gmpo_plugins.compare.experiment.task import Task
 
 EVAL_SAMPLES = 4
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gmpo_plugins.compare.encoding import encode_answers, encode_prompts
-from gmpo_plugins.compare.rollout import collect_rollout
-from gmpo_plugins.compare.task import Task
+from gmpo_plugins.compare.experiment.encoding import encode_answers, encode_prompts
+from gmpo_plugins.compare.experiment.rollout import collect_rollout
+from gmpo_plugins.compare.experiment.task import Task
 
 
 class ModelLoadError(Exception):

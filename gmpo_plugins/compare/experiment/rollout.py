@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-from gmpo_plugins.compare.encoding import encode_prompts
-from gmpo_plugins.compare.task import Problem, reward
+from gmpo_plugins.compare.experiment.encoding import encode_prompts
+from gmpo_plugins.compare.experiment.task import Problem, reward
 
 
 @dataclass
 class Rollout:
-    """One batch of B = P * G sampled sequences (layout: ``gmpo_plugins.compare.model``)."""
+    """One batch of B = P * G sampled sequences (layout: ``gmpo_plugins.compare.experiment.model``)."""
 
     input_ids: torch.Tensor  # (B, P_len + T) long
     attention_mask: torch.Tensor  # (B, P_len + T) long
@@ -105,7 +105,7 @@ def _last_logits(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Scored:
-    """Completions of a list of prompts and their rewards (layout: ``gmpo_plugins.compare.model``)."""
+    """Completions of a list of prompts and their rewards (layout: ``gmpo_plugins.compare.experiment.model``)."""
 
     input_ids: torch.Tensor  # (B, P_len + T) long
     attention_mask: torch.Tensor  # (B, P_len + T) long

@@ -1,11 +1,11 @@
 r"""One (framework, loss) RL run in this interpreter, records on stdout.
 
-    python -m gmpo_plugins.compare.run_one --framework verl --loss gmpo --task repeat \\
+    python -m gmpo_plugins.compare.experiment.run_one --framework verl --loss gmpo --task repeat \\
         --model REPORT/model-init/seed-0 --device cpu --config '{"steps": 30, ...}'
-    python -m gmpo_plugins.compare.run_one --framework verl --check-losses gmpo,grpo
+    python -m gmpo_plugins.compare.experiment.run_one --framework verl --check-losses gmpo,grpo
 
 Run by ``gmpo-plugins compare`` inside a framework's own virtualenv (see
-``gmpo_plugins.compare.backends``). Each step prints one line
+``gmpo_plugins.compare.backends.base``). Each step prints one line
 ``RECORD_PREFIX + json(record)``; anything else on stdout is treated as log output.
 ``--check-losses`` only loads the framework's backend and prints
 ``SUPPORT_PREFIX + json(list of the given losses it does not support)``.
@@ -20,14 +20,14 @@ from collections.abc import Sequence
 
 import torch
 
-from gmpo_plugins.compare.backends import RECORD_PREFIX, SUPPORT_PREFIX, load_backend
-from gmpo_plugins.compare.model import load_model
-from gmpo_plugins.compare.task import make_task
-from gmpo_plugins.compare.trainer import RLConfig, train, use_one_cpu_thread
+from gmpo_plugins.compare.backends.base import RECORD_PREFIX, SUPPORT_PREFIX, load_backend
+from gmpo_plugins.compare.experiment.model import load_model
+from gmpo_plugins.compare.experiment.task import make_task
+from gmpo_plugins.compare.experiment.trainer import RLConfig, train, use_one_cpu_thread
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gmpo_plugins.compare.run_one")
+    parser = argparse.ArgumentParser(prog="python -m gmpo_plugins.compare.experiment.run_one")
     parser.add_argument("--framework", required=True)
     parser.add_argument("--check-losses", default=None, help="comma-separated losses: print the unsupported ones")
     parser.add_argument("--loss")

@@ -18,7 +18,7 @@ Per step (B = prompts_per_step * group_size sequences):
 
 Every ``eval_every`` steps, at the last step and once before the first (a record with
 ``step`` 0 and only the evaluation), the policy is evaluated on the task's held-out prompts
-(``gmpo_plugins.compare.evaluate``): ``heldout_greedy`` and ``heldout_pass``.
+(``gmpo_plugins.compare.experiment.evaluate``): ``heldout_greedy`` and ``heldout_pass``.
 
 Loss metrics are aggregated over the step's updates: ``*_min`` by min, ``*_max`` by max,
 the others by mean. After the updates the trainer itself measures how far the policy moved
@@ -39,11 +39,11 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import LossBackend, PolicyLossCall
-from gmpo_plugins.compare.evaluate import evaluate_held_out
-from gmpo_plugins.compare.model import response_logits
-from gmpo_plugins.compare.rollout import collect_rollout
-from gmpo_plugins.compare.task import Task
+from gmpo_plugins.compare.backends.base import LossBackend, PolicyLossCall
+from gmpo_plugins.compare.experiment.evaluate import evaluate_held_out
+from gmpo_plugins.compare.experiment.model import response_logits
+from gmpo_plugins.compare.experiment.rollout import collect_rollout
+from gmpo_plugins.compare.experiment.task import Task
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 

@@ -1,7 +1,7 @@
 """``gmpo-plugins parity``: fixed, hard batches through every available loss call path,
 compared with the core.
 
-A *target* is a ``LossBackend`` (``gmpo_plugins.compare.backends``) with a label and a
+A *target* is a ``LossBackend`` (``gmpo_plugins.compare.backends.base``) with a label and a
 kind:
 
     adapter     ours (an adapter of this package): must match the core within tolerance
@@ -45,8 +45,8 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.compare.backends import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget, PolicyLossCall
-from gmpo_plugins.compare.references import reference_targets
+from gmpo_plugins.compare.backends.base import FRAMEWORKS, CoreBackend, LossBackend, ParityTarget, PolicyLossCall
+from gmpo_plugins.compare.parity.references import reference_targets
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 

@@ -10,7 +10,7 @@ result is TRL's
 
 over all B rows (an empty row contributes -A_i), with TRL's clip metrics.
 ``TrlGMPOBackend`` wraps it in the ``LossBackend`` shape of ``gmpo_plugins.compare``
-(a ``gmpo-plugins parity`` reference target, listed by ``compare.references``).
+(a ``gmpo-plugins parity`` reference target, listed by ``compare.parity.references``).
 Metrics are returned under the core's names so they compare directly:
 ``clip_frac_low`` (TRL clip_ratio/low_mean), ``clip_frac_high`` (high_mean),
 ``clip_frac`` (region_mean), ``kl`` (when beta != 0). TRL logs no policy loss.
@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
-from gmpo_plugins.compare.backends import Metric, PolicyLossCall
+from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall
 from gmpo_plugins.core.types import LossOutput
 
 # TRL logs its KL term as "kl", the core's name too

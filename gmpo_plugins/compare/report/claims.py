@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gmpo_plugins.compare.stats import PairedDifference, paired_difference, verdict
+from gmpo_plugins.compare.report.stats import PairedDifference, paired_difference, verdict
 
 CLAIMS = (
     ("narrower importance-ratio range", "ratio_width", "1-99% token log-ratio width", -1),

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gmpo_plugins.compare.stats import mean_interval
-from gmpo_plugins.compare.summary import FINAL_WINDOW, group_runs
+from gmpo_plugins.compare.report.stats import mean_interval
+from gmpo_plugins.compare.report.summary import FINAL_WINDOW, group_runs
 
 PLOTS = {
     "reward.png": "training reward vs step, mean over seeds with 95% band",

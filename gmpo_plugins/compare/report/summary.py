@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gmpo_plugins.compare.stats import Estimate, mean_interval
+from gmpo_plugins.compare.report.stats import Estimate, mean_interval
 
 FINAL_WINDOW = 5
 METRICS = (

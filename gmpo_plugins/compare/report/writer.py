@@ -1,7 +1,7 @@
 """The report of ``gmpo-plugins compare``: metrics.jsonl, the terminal tables and report.md.
 
 Tables (terminal and report.md), every number a mean ± 95% t interval over seeds
-(``gmpo_plugins.compare.stats``; summaries: ``gmpo_plugins.compare.summary``):
+(``gmpo_plugins.compare.report.stats``; summaries: ``gmpo_plugins.compare.report.summary``):
 
     results             per (framework, loss): held-out accuracy, training reward, ratio
                         range, entropy, KL, clipping, wall time
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gmpo_plugins.compare import claims, summary
-from gmpo_plugins.compare.plots import PLOTS, write_plots  # noqa: F401 - re-exported for the command
-from gmpo_plugins.compare.stats import INTERVAL_METHOD, Estimate
+from gmpo_plugins.compare.report import claims, summary
+from gmpo_plugins.compare.report.plots import PLOTS, write_plots  # noqa: F401 - re-exported for the command
+from gmpo_plugins.compare.report.stats import INTERVAL_METHOD, Estimate
 
 
 @dataclass
@@ -229,7 +229,7 @@ SECTION_NOTES = {
 
 
 def write_markdown(path: Path, result: Result, *, command: str, setup: dict[str, Any], plots: list[str]) -> None:
-    from gmpo_plugins.compare.guide import READING_GUIDE
+    from gmpo_plugins.compare.report.guide import READING_GUIDE
 
     lines = [
         "# gmpo-plugins compare",

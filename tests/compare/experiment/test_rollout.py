@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gmpo_plugins.compare.rollout import collect_rollout, completion_text, group_advantages
-from gmpo_plugins.compare.task import Problem, build_char_tokenizer
+from gmpo_plugins.compare.experiment.rollout import collect_rollout, completion_text, group_advantages
+from gmpo_plugins.compare.experiment.task import Problem, build_char_tokenizer
 
 
 def test_group_advantages_known_values():
@@ -85,7 +85,7 @@ def test_collect_rollout_scores_and_masks():
 
 def test_greedy_decoding_takes_the_argmax():
     """temperature 0: the scripted (one-hot) token every time, whatever the generator."""
-    from gmpo_plugins.compare.rollout import score_completions
+    from gmpo_plugins.compare.experiment.rollout import score_completions
 
     tokenizer = build_char_tokenizer()
     ids = {c: tokenizer.convert_tokens_to_ids(c) for c in "12"}

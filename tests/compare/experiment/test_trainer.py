@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gmpo_plugins.compare.trainer import _aggregate, gather_log_probs, post_update_spread
+from gmpo_plugins.compare.experiment.trainer import _aggregate, gather_log_probs, post_update_spread
 
 
 def test_post_update_spread_known_values():
@@ -36,7 +36,7 @@ def test_gather_log_probs():
 
 
 def test_length_spread_known_values():
-    from gmpo_plugins.compare.trainer import length_spread
+    from gmpo_plugins.compare.experiment.trainer import length_spread
 
     # lengths, groups of 2: [3, 1] and [2, 2]: ranges 2 and 0 -> 1.0; group means 2 and 2 -> spread 0
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]]).bool()

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from gmpo_plugins.cli.main import main
-from gmpo_plugins.compare import parity
-from gmpo_plugins.compare.backends import CoreBackend, PolicyLossCall
+from gmpo_plugins.compare.parity import harness
+from gmpo_plugins.compare.backends.base import CoreBackend, PolicyLossCall
 from gmpo_plugins.core.types import BatchInfo
 
 
@@ -63,7 +63,7 @@ def registered(monkeypatch):
 
 
 def test_cases_are_hard():
-    cases = {case.name: case for case in parity.parity_cases()}
+    cases = {case.name: case for case in harness.parity_cases()}
     assert set(cases) == {"near", "far", "guard", "zero_adv", "bf16", "is_weights"}
     weights = cases["is_weights"].rollout_is_weights[cases["is_weights"].mask]
     assert weights.min() < 0.5 and weights.max() > 1.5  # token weights that differ within a sequence
@@ -81,7 +81,7 @@ def test_cases_are_hard():
 
 
 def test_core_against_itself_is_exact():
-    row = parity.compare_target(parity.ParityTarget("core", "adapter", CoreBackend()), "gmpo", parity.parity_cases())
+    row = parity.compare_target(parity.ParityTarget("core", "adapter", CoreBackend()), "gmpo", harness.parity_cases())
     assert row.ok and row.d_loss == 0 and row.d_grad == 0 and row.d_metric == 0
     assert row.d_split <= 1e-6
 
@@ -97,7 +97,7 @@ def test_core_against_itself_is_exact():
     ],
 )
 def test_differences_are_detected(backend, what):
-    row = parity.compare_target(parity.ParityTarget(backend.name, "adapter", backend), "gmpo", parity.parity_cases())
+    row = parity.compare_target(parity.ParityTarget(backend.name, "adapter", backend), "gmpo", harness.parity_cases())
     assert not row.ok
     assert any(failure.startswith(what) for failure in row.failures), row.failures
 

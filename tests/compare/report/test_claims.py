@@ -2,8 +2,8 @@
 
 import pytest
 
-from gmpo_plugins.compare.claims import CLAIMS, claim_rows, claim_summary, paired_rows, paper_value
-from gmpo_plugins.compare.summary import METRICS, over_seeds, summarise_run
+from gmpo_plugins.compare.report.claims import CLAIMS, claim_rows, claim_summary, paired_rows, paper_value
+from gmpo_plugins.compare.report.summary import METRICS, over_seeds, summarise_run
 
 
 def record(step, **values):

@@ -73,7 +73,7 @@ def test_other_files_in_out_are_kept(model, tmp_path):
 
 
 def test_ctrl_c_exits_130_marks_incomplete(model, tmp_path, capsys, monkeypatch):
-    from gmpo_plugins.compare import report
+    from gmpo_plugins.compare.report import writer
 
     def interrupt(path, record):
         raise KeyboardInterrupt
@@ -102,7 +102,7 @@ def test_ctrl_c_ends_the_framework_subprocess(model, tmp_path, capsys, monkeypat
     )
     fake.chmod(0o755)
     monkeypatch.setenv("GMPO_PLUGINS_PYTHON_CORE", str(fake))
-    from gmpo_plugins.compare import report
+    from gmpo_plugins.compare.report import writer
 
     def interrupt(path, record):
         raise KeyboardInterrupt

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gmpo_plugins.compare.stats import (
+from gmpo_plugins.compare.report.stats import (
     CONTRADICTED,
     INCONCLUSIVE,
     SUPPORTED,

@@ -1,0 +1,9 @@
+"""Framework backends: one policy-loss call through each framework's own call path.
+
+    base.py        the interface (``PolicyLossCall``, ``LossBackend``, ``ParityTarget``), the
+                   core backend, the translations several backends share, the framework table
+                   and where each framework runs (this process or a subprocess of its virtualenv)
+    verl.py, openrlhf.py, trl.py, skyrl.py
+                   one backend per framework, through its adapter and its real call site,
+                   with the framework's own losses as parity targets
+"""
