@@ -171,9 +171,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     import torch
 
     from gmpo_plugins.compare.backends import base
-    from gmpo_plugins.compare.report import outdir
     from gmpo_plugins.compare.experiment.task import make_task
     from gmpo_plugins.compare.experiment.trainer import RLConfig
+    from gmpo_plugins.compare.report import outdir
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     if args.steps is not None and args.steps < 1:
@@ -258,9 +258,9 @@ def run_plan(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gmpo_plugins.compare.backends import base
-    from gmpo_plugins.compare.report import outdir, writer
     from gmpo_plugins.compare.experiment.model import save_model
     from gmpo_plugins.compare.experiment.trainer import train, use_one_cpu_thread
+    from gmpo_plugins.compare.report import outdir, writer
 
     plan = make_plan(args)
     command = command_line(args, plan)

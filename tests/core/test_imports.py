@@ -94,6 +94,15 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+# the rooms of gmpo_plugins.compare and the other rooms each may import (its package docstring)
+COMPARE_ROOMS = {"backends": set(), "report": set(), "experiment": {"backends"}, "parity": {"backends"}}
+
+
+def compare_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "compare" else None
+
+
 def layer(module: str) -> int:
     parts = module.split(".")
     return LAYERS[parts[1]] if len(parts) > 1 and parts[1] in LAYERS else LAYERS[""]
@@ -120,6 +129,18 @@ def test_find_cycle_finds_one():
 def test_each_layer_imports_only_downwards(module):
     above = sorted(target for target in internal_edges()[module] if layer(target) > layer(module))
     assert not above, f"{module} (layer {layer(module)}) imports from a higher layer: {above}"
+
+
+def test_compare_has_only_its_rooms():
+    rooms = {compare_room(module) for module in MODULES} - {None}
+    assert rooms == set(COMPARE_ROOMS), f"compare's rooms changed: {sorted(rooms)}; update COMPARE_ROOMS"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if compare_room(m)))
+def test_each_compare_room_imports_only_the_rooms_it_names(module):
+    room = compare_room(module)
+    others = {compare_room(target) for target in internal_edges()[module]} - {None, room}
+    assert others <= COMPARE_ROOMS[room], f"{module} ({room}/) imports from {sorted(others - COMPARE_ROOMS[room])}/"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(PACKAGE + ".core")))

@@ -11,8 +11,8 @@ import torch
 from gmpo_plugins import list_losses
 from gmpo_plugins.compare.backends.base import CoreBackend, load_backend
 from gmpo_plugins.compare.backends.trl import TrlBackend, trl_settings
+from gmpo_plugins.compare.backends.trl_gmpo import TrlGMPOBackend
 from gmpo_plugins.compare.parity.harness import ParityTarget, compare_target, discover_targets, evaluate, parity_cases
-from gmpo_plugins.compare.parity.references_trl import TrlGMPOBackend
 
 
 def test_parity_discovers_the_trl_adapter_and_reference():

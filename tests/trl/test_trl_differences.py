@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.compare.backends.base import PolicyLossCall
-from gmpo_plugins.compare.parity.references_trl import trl_gmpo_reference
+from gmpo_plugins.compare.backends.trl_gmpo import trl_gmpo_reference
 
 from .tiny import micro_batch, run_loss
 
@@ -161,7 +161,7 @@ def test_moe_router_aux_loss_is_added_unlike_trl_gmpo(moe_model_dir, tmp_path, t
 def test_parity_backend_accumulates_like_trl(splits):
     """TrlGMPOBackend (the ``gmpo-plugins parity`` reference) with the batch split into equal
     micro-batches of a global batch: TRL's mean / G accumulates to our whole-batch gmpo."""
-    from gmpo_plugins.compare.parity.references_trl import TrlGMPOBackend
+    from gmpo_plugins.compare.backends.trl_gmpo import TrlGMPOBackend
 
     generator = torch.Generator().manual_seed(3)
     log_probs = (torch.randn(6, 5, generator=generator, dtype=torch.float64) - 1).requires_grad_()

@@ -11,8 +11,8 @@ import torch
 from verl.trainer.ppo.core_algos import kl_penalty
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
-from gmpo_plugins.compare.parity import harness
 from gmpo_plugins.compare.backends.base import PolicyLossCall
+from gmpo_plugins.compare.parity import harness
 from gmpo_plugins.compare.parity.references import verl_geo_mean, verl_gspo
 
 

@@ -16,7 +16,7 @@
 Modules: ``options`` (GRPOConfig fields -> loss hyper-parameters, refusals),
 ``normalisation`` (TRL's accumulation/processes -> ``BatchInfo``), ``metrics``
 (core metrics -> TRL's metric names), ``trainer`` (the GRPOTrainer subclass; imports
-trl). TRL's own GMPO loss, a parity reference, lives in ``gmpo_plugins.compare.parity.references_trl``.
+trl). TRL's own GMPO loss, a parity reference, lives in ``gmpo_plugins.compare.backends.trl_gmpo``.
 
 ``RegistryGRPOTrainer`` is resolved lazily: only it imports trl.
 """

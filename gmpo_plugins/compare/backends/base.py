@@ -22,7 +22,7 @@ framework sees identical rollouts until their losses (and hence updates) differ.
 
 Writing a backend for framework ``X`` (an adapter author's job):
 
-1. Create ``gmpo_plugins/compare/backends_X.py`` with ``make_backend() -> LossBackend``.
+1. Create ``gmpo_plugins/compare/backends/X.py`` with ``make_backend() -> LossBackend``.
    Import the framework inside functions (lazily). ``policy_loss`` must go through the
    framework's real loss call site (verl: ``core_algos.get_policy_loss_fn(...)`` /
    ``ppo_loss``; OpenRLHF: ``PolicyLoss``), translating tensor layout (e.g. (B,) advantages

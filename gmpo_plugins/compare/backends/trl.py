@@ -31,7 +31,7 @@ import torch
 
 from gmpo_plugins.adapters.trl.metrics import FROM_TRL
 from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall
-from gmpo_plugins.compare.parity.references_trl import TensorTrainer, completion_inputs
+from gmpo_plugins.compare.backends.trl_gmpo import TensorTrainer, completion_inputs
 from gmpo_plugins.core.registry import get_loss
 
 

@@ -19,7 +19,7 @@ sequence by the geometric mean of its token weights, gspo each token's gradient 
 weight; the core's defaults (``rollout_is_aggregation``) are the same.
 
 trl GMPOTrainer ``trl.experimental.gmpo.GMPOTrainer._compute_loss`` itself, run on the given
-                tensors by ``compare.parity.references_trl.TrlGMPOBackend`` (a stand-in trainer
+                tensors by ``compare.backends.trl_gmpo.TrlGMPOBackend`` (a stand-in trainer
                 returns them as the model's log-probs; G = N / b accumulation steps, as
                 TRL's trainer divides each micro-batch mean). It counts rows without a valid
                 token in its mean with their constant -A_i, has no overflow guard, and
@@ -112,7 +112,7 @@ def reference_targets() -> tuple[list, list[tuple[str, str]]]:
     if importlib.util.find_spec("trl") is None:
         skipped.append(("trl GMPOTrainer", "trl is not installed here"))
     else:
-        from gmpo_plugins.compare.parity.references_trl import TrlGMPOBackend
+        from gmpo_plugins.compare.backends.trl_gmpo import TrlGMPOBackend
 
         targets.append(ParityTarget(TrlGMPOBackend.name, "reference", TrlGMPOBackend(), note="TRL's own _compute_loss"))
     return targets, skipped

@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from gmpo_plugins.compare.experiment.task import VOCAB, Problem, RepeatTask, ReverseTask, build_char_tokenizer, make_task, reward
+from gmpo_plugins.compare.experiment.task import (
+    VOCAB,
+    Problem,
+    RepeatTask,
+    ReverseTask,
+    build_char_tokenizer,
+    make_task,
+    reward,
+)
 
 
 def test_sample_is_seeded_and_well_formed():

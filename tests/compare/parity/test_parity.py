@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from gmpo_plugins.cli.main import main
-from gmpo_plugins.compare.parity import harness
 from gmpo_plugins.compare.backends.base import CoreBackend, PolicyLossCall
+from gmpo_plugins.compare.parity import harness
 from gmpo_plugins.core.types import BatchInfo
 
 
@@ -58,7 +58,7 @@ class NaNLoss(CoreBackend):
 @pytest.fixture
 def registered(monkeypatch):
     targets = []
-    monkeypatch.setattr(parity, "_REGISTERED", targets)
+    monkeypatch.setattr(harness, "_REGISTERED", targets)
     return targets
 
 
@@ -81,7 +81,7 @@ def test_cases_are_hard():
 
 
 def test_core_against_itself_is_exact():
-    row = parity.compare_target(parity.ParityTarget("core", "adapter", CoreBackend()), "gmpo", harness.parity_cases())
+    row = harness.compare_target(harness.ParityTarget("core", "adapter", CoreBackend()), "gmpo", harness.parity_cases())
     assert row.ok and row.d_loss == 0 and row.d_grad == 0 and row.d_metric == 0
     assert row.d_split <= 1e-6
 
@@ -97,7 +97,7 @@ def test_core_against_itself_is_exact():
     ],
 )
 def test_differences_are_detected(backend, what):
-    row = parity.compare_target(parity.ParityTarget(backend.name, "adapter", backend), "gmpo", harness.parity_cases())
+    row = harness.compare_target(harness.ParityTarget(backend.name, "adapter", backend), "gmpo", harness.parity_cases())
     assert not row.ok
     assert any(failure.startswith(what) for failure in row.failures), row.failures
 
@@ -111,13 +111,13 @@ def test_parity_passes_on_installed_adapters(capsys, registered):
 
 
 def test_perturbed_adapter_fails_parity(capsys, registered):
-    registered.append(parity.ParityTarget("perturbed adapter", "adapter", Perturbed()))
+    registered.append(harness.ParityTarget("perturbed adapter", "adapter", Perturbed()))
     assert main(["parity", "--losses", "gmpo,grpo"]) == 1
     out = capsys.readouterr().out
     assert "FAIL perturbed adapter / gmpo" in out and "2 adapter row(s) failed" in out
 
 
 def test_differing_reference_is_reported_not_fatal(capsys, registered):
-    registered.append(parity.ParityTarget("perturbed reference", "reference", Perturbed()))
+    registered.append(harness.ParityTarget("perturbed reference", "reference", Perturbed()))
     assert main(["parity", "--losses", "gmpo"]) == 0
     assert "reference differs perturbed reference / gmpo" in capsys.readouterr().out

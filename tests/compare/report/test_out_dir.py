@@ -78,7 +78,7 @@ def test_ctrl_c_exits_130_marks_incomplete(model, tmp_path, capsys, monkeypatch)
     def interrupt(path, record):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "append_metrics", interrupt)
+    monkeypatch.setattr(writer, "append_metrics", interrupt)
     out = tmp_path / "out"
     assert main(quick(model, out)) == 130
     err = capsys.readouterr().err
@@ -107,7 +107,7 @@ def test_ctrl_c_ends_the_framework_subprocess(model, tmp_path, capsys, monkeypat
     def interrupt(path, record):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "append_metrics", interrupt)
+    monkeypatch.setattr(writer, "append_metrics", interrupt)
     assert main(quick(model, tmp_path / "out")) == 130
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
