@@ -248,7 +248,9 @@ def openrlhf(session: nox.Session) -> None:
 # skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
 # the policy-loss path imports; the rest of that extra (flash-attn, vllm-router, nixl, ...)
 # serves GPU training and rollout. cloudpickle: SkyRL's registry actor falls back to pickle
-# without it, which cannot pickle SkyRL's own (decorated) built-in losses
+# without it, which cannot pickle SkyRL's own (decorated) built-in losses. aiohttp: parsing a
+# SkyRLTrainConfig from overrides imports SkyRL's inference-server utilities (tests/skyrl's
+# check of the `gmpo-plugins frameworks` translation)
 SKYRL = "skyrl==0.3.0"
 SKYRL_REQUIREMENTS = (
     "skyrl-gym==0.4.0",
@@ -260,6 +262,7 @@ SKYRL_REQUIREMENTS = (
     "pydantic",
     "fsspec",
     "cloudpickle",
+    "aiohttp",
 )
 
 

@@ -124,7 +124,7 @@ DIFFERENCES = (
 )
 
 
-def _loss(spec: RunSpec, config: dict[str, Any]) -> dict[str, Any]:
+def loss_hparams(spec: RunSpec, config: dict[str, Any]) -> dict[str, Any]:
     """loss_hparams for RegistryGRPOTrainer: what GRPOConfig does not carry, checked against the
     adapter's table (``TRANSLATED``: hyper-parameter -> GRPOConfig field)."""
     translated = adapter_options("trl").TRANSLATED
@@ -174,6 +174,7 @@ def grpo_config(spec: RunSpec) -> dict[str, Any]:
         "temperature": spec.temperature,
         "scale_rewards": "group" if spec.advantage_std_norm else "none",
         "beta": spec.kl_coef,
+        "use_bias_correction_kl": False,  # the registry loss adds beta * KL without TRL's ratio factor
         "seed": spec.seed,
         "bf16": spec.dtype == "bfloat16",
         "model_init_kwargs": {"dtype": "float32"},
@@ -191,7 +192,7 @@ def grpo_config(spec: RunSpec) -> dict[str, Any]:
 def translate(spec: RunSpec) -> Launch:
     """TRL's launch for ``spec``: ``python {out}/train_trl.py`` (module docstring)."""
     config = grpo_config(spec)
-    loss_hparams = _loss(spec, config)
+    extra = loss_hparams(spec, config)
     script = SCRIPT.format(
         imports=reward_import(spec.reward),
         model=str(spec.model),
@@ -199,7 +200,7 @@ def translate(spec: RunSpec) -> Launch:
         dataset=str(spec.dataset),
         max_prompt_length=spec.max_prompt_length,
         loss=spec.loss,
-        loss_hparams=loss_hparams,
+        loss_hparams=extra,
         config=config,
     )
     return Launch(NAME, ("python3", f"{OUT}/train_trl.py"), files={"train_trl.py": script}, differences=DIFFERENCES)

@@ -12,7 +12,7 @@
     prompts_per_step            data.train_batch_size
     mini_batch_size             actor.ppo_mini_batch_size = mini_batch_size / rollouts_per_prompt
                                 (verl counts prompts; must divide)
-    micro_batch_size            actor.ppo_micro_batch_size_per_gpu
+    micro_batch_size            actor.ppo_micro_batch_size_per_gpu (and the log-prob micro-batches)
     epochs_per_batch            actor.ppo_epochs
     optimizer, learning_rate    actor.optim.optimizer (AdamW | SGD), optim.lr, constant schedule
     weight_decay, max_grad_norm actor.optim.weight_decay, optim.clip_grad
@@ -129,6 +129,7 @@ def translate(spec: RunSpec) -> Launch:
         "algorithm.adv_estimator=grpo",
         f"algorithm.norm_adv_by_std_in_grpo={str(spec.advantage_std_norm).lower()}",
         "algorithm.use_kl_in_reward=false",
+        "critic.enable=false",
         f"data.train_files={OUT}/train.parquet",
         f"data.val_files={OUT}/train.parquet",
         "data.shuffle=false",
@@ -144,6 +145,8 @@ def translate(spec: RunSpec) -> Launch:
         *(f"{ACTOR}.{name}={value}" for name, value in fields.items()),
         f"{ACTOR}.ppo_mini_batch_size={spec.mini_batch_size // spec.rollouts_per_prompt}",
         f"{ACTOR}.ppo_micro_batch_size_per_gpu={spec.micro_batch_size}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={spec.micro_batch_size}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={spec.micro_batch_size}",
         f"{ACTOR}.ppo_epochs={spec.epochs_per_batch}",
         f"{ACTOR}.optim.optimizer={OPTIMIZERS[spec.optimizer]}",
         f"{ACTOR}.optim.lr={spec.learning_rate}",
