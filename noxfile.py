@@ -82,11 +82,11 @@ def session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None
 
 @session
 def core(session: nox.Session) -> None:
-    """Losses, registry, CLI: no framework installed."""
+    """Losses, registry, CLI, the run spec and its translations (gmpo-plugins frameworks): no framework installed."""
     session.install(TORCH)
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
-    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", *session.posargs)
+    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", "tests/frameworks", *session.posargs)
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run(
         "gmpo-plugins",

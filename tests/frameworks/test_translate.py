@@ -5,6 +5,7 @@ The same translations are checked against the installed frameworks in their own 
 
 from __future__ import annotations
 
+import ast
 import shlex
 
 import pytest
@@ -141,8 +142,14 @@ def test_trl_config_counts(write_spec):
     assert config["scale_rewards"] == "group" and config["bf16"] is True
     launch = trl_translator.translate(spec)
     script = launch.files["train_trl.py"]
-    compile(script, "train_trl.py", "exec")
-    assert "RegistryGRPOTrainer(" in script and "LOSS_HPARAMS = {}" in script
+    constants = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(script).body
+        if isinstance(node, ast.Assign) and node.targets[0].id.isupper()
+    }
+    assert constants["CONFIG"] == {**config, "output_dir": OUT}
+    assert (constants["LOSS"], constants["LOSS_HPARAMS"], constants["MAX_PROMPT_LENGTH"]) == ("gmpo", {}, 512)
+    assert "RegistryGRPOTrainer(" in script
 
 
 def test_trl_passes_the_kl_estimator_and_untranslated_hparams_as_loss_hparams(write_spec):

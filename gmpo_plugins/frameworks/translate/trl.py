@@ -28,6 +28,7 @@ dtype                       bf16 (autocast over float32 weights) or float32
 
 from __future__ import annotations
 
+import pprint
 from typing import Any
 
 from gmpo_plugins.core.registry import get_loss
@@ -59,7 +60,7 @@ DATASET = {dataset!r}
 MAX_PROMPT_LENGTH = {max_prompt_length!r}
 LOSS = {loss!r}
 LOSS_HPARAMS = {loss_hparams!r}
-CONFIG = {config!r}
+CONFIG = {config}
 
 
 def reward(completions, answer, **kwargs):
@@ -201,6 +202,6 @@ def translate(spec: RunSpec) -> Launch:
         max_prompt_length=spec.max_prompt_length,
         loss=spec.loss,
         loss_hparams=extra,
-        config=config,
+        config=pprint.pformat(config, sort_dicts=False, width=100),
     )
     return Launch(NAME, ("python3", f"{OUT}/train_trl.py"), files={"train_trl.py": script}, differences=DIFFERENCES)
