@@ -224,7 +224,7 @@ DEEPSPEED_CPU_OPS = (
     "for name in ('FusedAdamBuilder', 'ShareMemCommBuilder'):\n"
     "    get_accelerator().create_op_builder(name).load()\n"
 )
-OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
+OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples", "openrlhf_cpu", "shims")
 
 
 @session
@@ -234,7 +234,7 @@ def openrlhf(session: nox.Session) -> None:
     then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
     are reported).
 
-    tests/openrlhf/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
+    examples/openrlhf_cpu/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
     flash_attn_2_cuda and vllm. The end-to-end runs are the openrlhf_e2e session.
     """
     _install_openrlhf(session)
@@ -294,7 +294,7 @@ def openrlhf_e2e(session: nox.Session) -> None:
 
     Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
     JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do
-    not build them. tests/openrlhf/e2e/standins and tests/openrlhf/shims stand in for CUDA
+    not build them. examples/openrlhf_cpu (standins, shims) stands in for CUDA
     and vLLM in the processes the tests start (see their docstrings).
     """
     _install_openrlhf(session)

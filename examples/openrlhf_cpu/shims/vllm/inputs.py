@@ -1,4 +1,4 @@
-"""TEST-ONLY shim: `from vllm.inputs import TokensPrompt` (openrlhf/trainer/ray/vllm_engine.py)."""
+"""CPU stand-in (example, not shipped): `from vllm.inputs import TokensPrompt` (openrlhf/trainer/ray/vllm_engine.py)."""
 
 from typing import TypedDict
 

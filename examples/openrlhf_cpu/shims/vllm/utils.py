@@ -1,4 +1,4 @@
-"""TEST-ONLY shim: `from vllm.utils import random_uuid` (openrlhf/trainer/ray/vllm_engine.py)."""
+"""CPU stand-in (example, not shipped): `from vllm.utils import random_uuid` (openrlhf/trainer/ray/vllm_engine.py)."""
 
 import uuid
 

@@ -1,1 +1,1 @@
-"""TEST-ONLY stand-in for `vllm.distributed` (see the package docstring)."""
+"""CPU stand-in (example, not shipped) for `vllm.distributed` (see the package docstring)."""

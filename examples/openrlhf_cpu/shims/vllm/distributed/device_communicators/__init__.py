@@ -1,1 +1,1 @@
-"""TEST-ONLY stand-in for `vllm.distributed.device_communicators` (see the package docstring)."""
+"""CPU stand-in (example, not shipped) for `vllm.distributed.device_communicators` (see the package docstring)."""
