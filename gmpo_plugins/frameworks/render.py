@@ -65,4 +65,6 @@ def write_launch(launch: Launch, folder: Path) -> None:
     env = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in launch.env.items())
     prepare = "".join(" ".join(map(shlex.quote, argv)) + "\n" for argv in launch.prepare)
     script = f"#!/usr/bin/env bash\n# {launch.framework}: written by gmpo-plugins frameworks\nset -euo pipefail\n"
-    (folder / "launch.sh").write_text(script + env + prepare + shell_lines(launch.argv) + "\n")
+    launch_sh = folder / "launch.sh"
+    launch_sh.write_text(script + env + prepare + shell_lines(launch.argv) + "\n")
+    launch_sh.chmod(0o755)

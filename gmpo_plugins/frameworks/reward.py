@@ -33,23 +33,6 @@ class Reward:
     reference: str
     function: Callable[..., Any]
 
-    @property
-    def file(self) -> str | None:
-        """The absolute file of a file reference, None for a module reference."""
-        target, _ = self.reference.rsplit(":", 1)
-        return target if target.endswith(".py") else None
-
-    @property
-    def module(self) -> str | None:
-        """The module of a module reference, None for a file reference."""
-        target, _ = self.reference.rsplit(":", 1)
-        return None if target.endswith(".py") else target
-
-    @property
-    def name(self) -> str:
-        """The function's name."""
-        return self.reference.rsplit(":", 1)[1]
-
 
 def split_reference(reference: str) -> tuple[str, str]:
     """(file or module, function name) of ``reference``; RewardError for another form."""

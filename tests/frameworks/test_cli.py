@@ -42,7 +42,9 @@ def test_out_writes_each_launch_and_is_never_overwritten(write_spec, capsys, tmp
     out = tmp_path / "launches"
     assert main(["frameworks", str(write_spec()), "--dry-run", "--out", str(out)]) == 0
     assert sorted(path.name for path in out.iterdir()) == ["openrlhf", "skyrl", "trl", "verl"]
+    assert (out / "verl" / "launch.sh").stat().st_mode & 0o111  # executable
     script = (out / "verl" / "launch.sh").read_text()
+    assert script.startswith("#!/usr/bin/env bash\n")
     assert "gmpo_plugins.frameworks.datasets verl" in script and f"{out}/verl/train.parquet" in script
     assert (out / "trl" / "train_trl.py").read_text().count(f"'output_dir': '{out}/trl'") == 1
     assert (out / "openrlhf" / "reward.py").exists() and (out / "skyrl" / "skyrl_main.py").exists()
