@@ -11,6 +11,7 @@ import shlex
 import pytest
 
 from gmpo_plugins.frameworks.launch import OUT, UnsupportedSettingError
+from gmpo_plugins.frameworks.render import shell_lines
 from gmpo_plugins.frameworks.spec import load_spec
 from gmpo_plugins.frameworks.translate import FRAMEWORKS, translate
 from gmpo_plugins.frameworks.translate import openrlhf as openrlhf_translator
@@ -197,3 +198,5 @@ def test_with_out_fills_every_placeholder(write_spec):
         text = " ".join([*filled.argv, *filled.env.values(), *filled.files.values(), *map(" ".join, filled.prepare)])
         assert OUT not in text
         assert shlex.split(filled.command()) == list(filled.argv)
+        # the dry run's and launch.sh's one-argument-a-line form is the same command
+        assert shlex.split(shell_lines(filled.argv).replace("\\\n", " ")) == list(filled.argv)
