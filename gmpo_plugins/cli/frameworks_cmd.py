@@ -1,6 +1,6 @@
 """``gmpo-plugins frameworks``: one run spec, translated to each framework's own launch.
 
-    gmpo-plugins frameworks SPEC --dry-run [--frameworks verl,openrlhf,trl,skyrl] [--out DIR]
+    gmpo-plugins frameworks SPEC [--dry-run] [--frameworks verl,openrlhf,trl,skyrl] [--out DIR] [--timeout S]
 
 Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``), translates it for each
 framework and prints, one block per framework, the exact command, the files it reads and
@@ -9,19 +9,25 @@ it also writes ``DIR/<framework>/`` with those files and a ``launch.sh``; withou
 blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed. A bad spec,
 or a setting a framework cannot express, is one line and exit status 2.
 
-This version translates and writes launches; it does not start the trainers, so
-``--dry-run`` is required.
+Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
+(``gmpo_plugins.frameworks.runner``; this version runs ``trl``, the others refuse before
+anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
+differences) and ``DIR/records.json``, and exits with status 1 when a run is incomplete
+(130 after Ctrl-C, the report written with what finished).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gmpo_plugins.cli.compare_cmd import split_names
 from gmpo_plugins.cli.errors import UsageError
 
 DEFAULT_OUT = "gmpo-frameworks"
+DEFAULT_TIMEOUT_S = 1800.0
+INTERRUPTED_STATUS = 130
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,8 +44,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=",".join(FRAMEWORKS),
         help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print each framework's launch (required)")
-    parser.add_argument("--out", default=None, help="also write the launches here (a new folder)")
+    parser.add_argument("--dry-run", action="store_true", help="print each framework's launch, run nothing")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"write the launches (and a run's report) here, a new folder (default ./{DEFAULT_OUT} for a run)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds per trainer (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
     parser.set_defaults(run=run)
 
 
@@ -60,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.frameworks.translate import TRANSLATORS
 
     frameworks = parse_frameworks(args.frameworks)
-    if not args.dry_run:
-        raise UsageError("--dry-run is required: this version writes each framework's launch, it starts no trainer")
-    out = Path(args.out) if args.out is not None else None
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected seconds > 0, got {args.timeout}")
+    out = Path(args.out) if args.out is not None else (None if args.dry_run else Path(DEFAULT_OUT))
     if out is not None and out.exists():
         raise UsageError(f"--out: {out} already exists; choose a new folder (nothing is overwritten)")
     try:
@@ -74,9 +90,39 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{exc} (leave {exc.framework} out with --frameworks)") from None
     base = (out if out is not None else Path(DEFAULT_OUT)).resolve()
     launches = [launch.with_out(str(base / launch.framework)) for launch in launches]
+    if not args.dry_run:
+        return run_trainers(args, spec, launches, base)
     print(render(launches), end="")
     if out is not None:
         for launch in launches:
             write_launch(launch, out / launch.framework)
         print(f"launches written to {out}/")
     return 0
+
+
+def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> int:
+    """Run every launch's trainer (module docstring), then write the report."""
+    from gmpo_plugins.frameworks.render import write_launch
+    from gmpo_plugins.frameworks.report import write_report
+    from gmpo_plugins.frameworks.runner import RunnerError, framework_python, run_launch
+
+    try:  # every interpreter is found before any trainer starts
+        pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
+    except RunnerError as exc:
+        raise UsageError(str(exc)) from None
+    runs = []
+    status = 0
+    try:
+        for launch in launches:
+            write_launch(launch, out / launch.framework)
+            print(f"{launch.framework}: running ({pythons[launch.framework]})", flush=True)
+            run = run_launch(spec, launch, out / launch.framework, pythons[launch.framework], args.timeout)
+            runs.append(run)
+            state = "complete" if run.complete else "INCOMPLETE: " + run.failure.splitlines()[0]
+            print(f"{launch.framework}: {state}, {run.seconds:.1f} s, {len(run.records)} RL steps", flush=True)
+    except KeyboardInterrupt:
+        status = INTERRUPTED_STATUS
+        print("interrupted: the running trainer's processes were ended", file=sys.stderr)
+    complete = write_report(out, args.spec, runs, launches)
+    print(f"report: {out / 'report.md'}" + ("" if complete else " (incomplete)"))
+    return status or (0 if complete else 1)

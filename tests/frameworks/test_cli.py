@@ -3,7 +3,9 @@ installed), the example spec, usage errors in one line with exit status 2, and -
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,13 +83,36 @@ def test_a_refused_setting_names_the_framework(write_spec, capsys):
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--frameworks", "verl,megatron"], "--frameworks: unknown megatron; valid: verl, openrlhf, trl, skyrl"),
-        ([], "--dry-run is required: this version writes each framework's launch, it starts no trainer"),
+        (
+            ["--dry-run", "--frameworks", "verl,megatron"],
+            "--frameworks: unknown megatron; valid: verl, openrlhf, trl, skyrl",
+        ),
+        (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
+        (
+            ["--frameworks", "trl,verl"],
+            "verl: running its trainer is not available in this version (runnable: trl); use --dry-run for its launch",
+        ),
     ],
 )
-def test_usage_errors(write_spec, capsys, extra, expected):
-    argv = ["frameworks", str(write_spec()), *extra] + (["--dry-run"] if extra else [])
-    assert usage_error(capsys, argv) == f"gmpo-plugins frameworks: error: {expected}"
+def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is verl's
+    assert (
+        usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
+    )
+    assert not (tmp_path / "gmpo-frameworks").exists()  # refused before anything is written
+
+
+def test_a_run_without_the_frameworks_virtualenv_is_refused_before_anything_starts(
+    write_spec, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # no .nox/trl here
+    monkeypatch.delenv("GMPO_PLUGINS_PYTHON_TRL", raising=False)
+    if importlib.util.find_spec("trl") is not None:
+        pytest.skip("TRL is installed in this interpreter: it would run here")
+    err = usage_error(capsys, ["frameworks", str(write_spec()), "--frameworks", "trl"])
+    assert err.startswith("gmpo-plugins frameworks: error: trl: framework 'trl' is not installed")
+    assert "python3 -m nox -r -s trl" in err and not (tmp_path / "gmpo-frameworks").exists()
 
 
 def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):

@@ -1,12 +1,11 @@
 """``gmpo-plugins frameworks``' TRL translation against TRL 1.16: the keywords build a
 ``GRPOConfig``, the adapter reads the spec's loss hyper-parameters back from it, and the
-generated ``train_trl.py`` trains the example spec (examples/frameworks) with TRL's own
-GRPOTrainer for its 3 steps."""
+generated ``train_trl.py`` refuses a prompt over max_prompt_length (test_frameworks_run.py
+runs it on the example spec through the command)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -93,18 +92,6 @@ def run_script(launch, tmp_path):
     return out, subprocess.run(
         [sys.executable, str(out / "train_trl.py")], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
     )
-
-
-def test_the_generated_script_trains_the_example_with_trls_trainer(tmp_path):
-    spec = load_spec(example_in(tmp_path, **{'dtype = "bfloat16"': 'dtype = "float32"'}))
-    out, result = run_script(translator.translate(spec), tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    history = json.loads((out / "log_history.json").read_text())
-    steps = [entry for entry in history if "policy_loss" in entry]
-    assert [entry["step"] for entry in steps] == [1, 2, 3]  # 3 RL steps, one optimiser step each
-    # the registry loss ran (its metric names) on the first update's on-policy batch: ratio 1
-    assert steps[0]["seq_weight_mean"] == pytest.approx(1.0) and steps[0]["clip_ratio/region_mean"] == 0.0
-    assert all(0.0 <= entry["reward"] <= 2.0 for entry in steps)  # reward(response, answer) in [0, 2]
 
 
 def test_the_generated_script_refuses_a_prompt_longer_than_max_prompt_length(tmp_path):

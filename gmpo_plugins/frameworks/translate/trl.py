@@ -23,7 +23,7 @@ advantage_std_norm          scale_rewards group (true) | none (false)
 kl_coef, kl_estimator       beta, loss_hparams.kl_estimator (TRL loads the reference model)
 steps                       max_steps = steps * optimiser steps per step * epochs_per_batch
 seed                        seed
-dtype                       bf16 (autocast over float32 weights) or float32
+dtype                       bf16 (autocast over float32 weights; the script adds use_cpu without a GPU) or float32
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ Written by gmpo-plugins frameworks.
 import json
 import sys
 
+import torch
 from datasets import load_dataset
 from transformers import AutoTokenizer
 from trl import GRPOConfig
@@ -86,10 +87,13 @@ def main():
     kind = "parquet" if DATASET.endswith(".parquet") else "json"
     dataset = load_dataset(kind, data_files=DATASET, split="train").map(as_messages)
     check_prompt_lengths(tokenizer, dataset)
+    config = dict(CONFIG)
+    if not torch.cuda.is_available():  # without a GPU, Trainer accepts bf16 only with use_cpu
+        config["use_cpu"] = True
     trainer = RegistryGRPOTrainer(
         model=MODEL,
         reward_funcs=reward,
-        args=GRPOConfig(**CONFIG),
+        args=GRPOConfig(**config),
         train_dataset=dataset,
         processing_class=tokenizer,
         loss=LOSS,
