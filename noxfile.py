@@ -82,11 +82,11 @@ def session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None
 
 @session
 def core(session: nox.Session) -> None:
-    """Losses, registry, CLI: no framework installed."""
+    """Losses, registry, CLI, the run spec and its translations (gmpo-plugins frameworks): no framework installed."""
     session.install(TORCH)
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
-    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", *session.posargs)
+    session.run("pytest", "tests/core", "tests/cli", "tests/scripts", "tests/frameworks", *session.posargs)
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run(
         "gmpo-plugins",
@@ -224,7 +224,7 @@ DEEPSPEED_CPU_OPS = (
     "for name in ('FusedAdamBuilder', 'ShareMemCommBuilder'):\n"
     "    get_accelerator().create_op_builder(name).load()\n"
 )
-OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "openrlhf", "shims")
+OPENRLHF_SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples", "openrlhf_cpu", "shims")
 
 
 @session
@@ -234,7 +234,7 @@ def openrlhf(session: nox.Session) -> None:
     then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
     are reported).
 
-    tests/openrlhf/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
+    examples/openrlhf_cpu/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
     flash_attn_2_cuda and vllm. The end-to-end runs are the openrlhf_e2e session.
     """
     _install_openrlhf(session)
@@ -248,7 +248,9 @@ def openrlhf(session: nox.Session) -> None:
 # skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
 # the policy-loss path imports; the rest of that extra (flash-attn, vllm-router, nixl, ...)
 # serves GPU training and rollout. cloudpickle: SkyRL's registry actor falls back to pickle
-# without it, which cannot pickle SkyRL's own (decorated) built-in losses
+# without it, which cannot pickle SkyRL's own (decorated) built-in losses. aiohttp: parsing a
+# SkyRLTrainConfig from overrides imports SkyRL's inference-server utilities (tests/skyrl's
+# check of the `gmpo-plugins frameworks` translation)
 SKYRL = "skyrl==0.3.0"
 SKYRL_REQUIREMENTS = (
     "skyrl-gym==0.4.0",
@@ -260,6 +262,7 @@ SKYRL_REQUIREMENTS = (
     "pydantic",
     "fsspec",
     "cloudpickle",
+    "aiohttp",
 )
 
 
@@ -291,7 +294,7 @@ def openrlhf_e2e(session: nox.Session) -> None:
 
     Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
     JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do
-    not build them. tests/openrlhf/e2e/standins and tests/openrlhf/shims stand in for CUDA
+    not build them. examples/openrlhf_cpu (standins, shims) stands in for CUDA
     and vLLM in the processes the tests start (see their docstrings).
     """
     _install_openrlhf(session)

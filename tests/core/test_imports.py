@@ -1,6 +1,6 @@
 """The package's import graph, read statically (ast, nothing imported, no framework needed):
 no cycle between modules of ``gmpo_plugins``, and each layer imports only from itself and
-the layers below it (core < adapters, bench < compare < cli).
+the layers below it (core < adapters, bench < compare, frameworks < cli).
 
 Every import counts, also one inside a function or under ``TYPE_CHECKING``: a lazy import
 hides a cycle from the interpreter, not from a reader.
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 # the lowest layer that may import a module of each subpackage; top-level modules (the public
 # API: gmpo_plugins/__init__.py, the plugin-author module) sit just above the core
-LAYERS = {"core": 0, "": 1, "adapters": 2, "bench": 2, "compare": 3, "cli": 4}
+LAYERS = {"core": 0, "": 1, "adapters": 2, "bench": 2, "compare": 3, "frameworks": 3, "cli": 4}
 # what the core may import besides the standard library and itself
 CORE_THIRD_PARTY = {"torch", "pluggy", "triton"}
 

@@ -25,7 +25,7 @@ False for losses the adapter refuses (``dr_grpo``).
 are reported, never an error.
 
 On a machine without CUDA, importing OpenRLHF needs stand-ins for ``flash_attn_2_cuda`` and
-``vllm`` on PYTHONPATH (``tests/openrlhf/shims``, test-only).
+``vllm`` on PYTHONPATH (``examples/openrlhf_cpu/shims``, CPU stand-ins outside the package).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 process, on CPU, and read back what it left: the metrics OpenRLHF logged, the loss-call marker, the
 actor's saved weights and the rollout engine's weights after its last sync.
 
-The process gets ``PYTHONPATH = standins:shims`` (tests/openrlhf/e2e/standins/sitecustomize.py and the
-vLLM / flash-attn stand-ins of tests/openrlhf/shims), which Ray passes on to its workers; a Ray temp dir
+The process gets ``PYTHONPATH = standins:shims`` (examples/openrlhf_cpu/standins/sitecustomize.py and the
+vLLM / flash-attn stand-ins of examples/openrlhf_cpu/shims), which Ray passes on to its workers; a Ray temp dir
 of its own under /tmp (never inside the virtualenv: Ray's socket paths must stay short); DeepSpeed's
 JIT-built CPU ops in ``TORCH_EXTENSIONS_DIR`` (taken from the environment when set, so a cache is built
 once; the virtualenv's ``ninja`` comes first on ``PATH``, as another ninja version discards the cache) and
@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent
-STANDINS = HERE / "standins"
-SHIMS = HERE.parent / "shims"
+CPU_STANDINS = HERE.parents[2] / "examples" / "openrlhf_cpu"
+STANDINS = CPU_STANDINS / "standins"
+SHIMS = CPU_STANDINS / "shims"
 SCRIPT = Path(sys.executable).parent / "gmpo-openrlhf"
 
 # 2 prompts x 2 samples = 4 samples a step, all in one optimizer step (train.batch_size 4); no KL term

@@ -1,9 +1,9 @@
-"""TEST-ONLY process set-up for the end-to-end OpenRLHF runs on CPU (tests/openrlhf/e2e).
+"""Process set-up for OpenRLHF's end-to-end runs on CPU (tests/openrlhf/e2e; an example, not shipped).
 
-Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the e2e tests put this directory on
-the ``PYTHONPATH`` of the ``gmpo-openrlhf`` process they start, which Ray passes on to every worker it
-spawns (PPOTrainer, PolicyModelActor, ReferenceModelActor, RolloutRayActor). Nothing here runs in any
-other process, and nothing here ships. Each patch is applied right after the module it patches is
+Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the e2e tests (or a user running OpenRLHF on
+CPU) put this directory on the ``PYTHONPATH`` of the ``gmpo-openrlhf`` process they start, which Ray passes on
+to every worker it spawns (PPOTrainer, PolicyModelActor, ReferenceModelActor, RolloutRayActor). Nothing here
+runs in any other process, and nothing here ships. Each patch is applied right after the module it patches is
 imported (a post-import hook), so a process that never imports it is untouched:
 
 ``torch``

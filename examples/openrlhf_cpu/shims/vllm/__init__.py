@@ -1,4 +1,4 @@
-"""TEST-ONLY stand-in for the `vllm` package: vLLM needs CUDA and cannot be installed on a CPU box.
+"""CPU stand-in (example, not shipped) for the `vllm` package: vLLM needs CUDA and cannot be installed on a CPU box.
 
 What OpenRLHF 0.11.2 uses of vLLM, and what stands in for it here:
   openrlhf/trainer/ray/vllm_engine.py    `vllm.AsyncEngineArgs(**kwargs)`, `vllm.AsyncLLMEngine.from_engine_args`,
@@ -19,7 +19,8 @@ With ``OPENRLHF_E2E_RECORD_DIR`` set, the engine appends every completion (promp
 index, seed, completion token ids) to ``completions.jsonl`` there and writes its weights after every
 complete sync to ``engine_weights.pt`` (tests compare runs' samples, and the engine's weights with the
 actor's). Everything of OpenRLHF around it is
-real. Never ship this: it lives under tests/ and is put on PYTHONPATH for the OpenRLHF tests only.
+real. Never ship this: it lives under examples/openrlhf_cpu/ (outside the package) and is put on PYTHONPATH
+only by the OpenRLHF tests and by users running OpenRLHF on CPU.
 """
 
 from __future__ import annotations

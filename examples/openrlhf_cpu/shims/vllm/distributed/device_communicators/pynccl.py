@@ -1,6 +1,7 @@
-"""TEST-ONLY stand-in for `vllm.distributed.device_communicators.pynccl.PyNcclCommunicator`: vLLM's NCCL
-communicator needs CUDA; this one is a gloo process group on the same store, so OpenRLHF's default
-``--vllm.sync_backend nccl`` weight broadcast runs on CPU (``broadcast(tensor, src, stream)``)."""
+"""CPU stand-in (example, not shipped) for
+`vllm.distributed.device_communicators.pynccl.PyNcclCommunicator`: vLLM's NCCL communicator needs CUDA; this
+one is a gloo process group on the same store, so OpenRLHF's default ``--vllm.sync_backend nccl`` weight
+broadcast runs on CPU (``broadcast(tensor, src, stream)``)."""
 
 from __future__ import annotations
 

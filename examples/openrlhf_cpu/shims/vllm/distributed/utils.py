@@ -1,4 +1,4 @@
-"""TEST-ONLY stand-in for `vllm.distributed.utils.StatelessProcessGroup`: the TCP store that OpenRLHF's
+"""CPU stand-in (example, not shipped) for `vllm.distributed.utils.StatelessProcessGroup`: the TCP store that OpenRLHF's
 weight sync group (actor rank 0 + the engines) rendezvous on, outside torch.distributed's default group."""
 
 from __future__ import annotations

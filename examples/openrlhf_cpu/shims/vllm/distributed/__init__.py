@@ -1,0 +1,1 @@
+"""CPU stand-in (example, not shipped) for `vllm.distributed` (see the package docstring)."""

@@ -1,0 +1,128 @@
+"""``gmpo-plugins frameworks``: one run spec, translated to each framework's own launch.
+
+    gmpo-plugins frameworks SPEC [--dry-run] [--frameworks verl,openrlhf,trl,skyrl] [--out DIR] [--timeout S]
+
+Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``), translates it for each
+framework and prints, one block per framework, the exact command, the files it reads and
+the differences the spec cannot remove. With ``--out DIR`` (a folder that must not exist)
+it also writes ``DIR/<framework>/`` with those files and a ``launch.sh``; without it the
+blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed. A bad spec,
+or a setting a framework cannot express, is one line and exit status 2.
+
+Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
+(``gmpo_plugins.frameworks.runner``; this version runs ``trl``, the others refuse before
+anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
+differences) and ``DIR/records.json``, and exits with status 1 when a run is incomplete
+(130 after Ctrl-C, the report written with what finished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gmpo_plugins.cli.compare_cmd import split_names
+from gmpo_plugins.cli.errors import UsageError
+
+DEFAULT_OUT = "gmpo-frameworks"
+DEFAULT_TIMEOUT_S = 1800.0
+INTERRUPTED_STATUS = 130
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    from gmpo_plugins.frameworks.translate import FRAMEWORKS
+
+    parser = commands.add_parser(
+        "frameworks",
+        help="translate one run spec into each framework's own launch (verl, OpenRLHF, TRL, SkyRL)",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+    )
+    parser.add_argument("spec", metavar="SPEC", help="the TOML run spec")
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print each framework's launch, run nothing")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"write the launches (and a run's report) here, a new folder (default ./{DEFAULT_OUT} for a run)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds per trainer (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
+    parser.set_defaults(run=run)
+
+
+def parse_frameworks(value: str) -> tuple[str, ...]:
+    from gmpo_plugins.frameworks.translate import FRAMEWORKS
+
+    names = split_names(value, "--frameworks")
+    unknown = [name for name in names if name not in FRAMEWORKS]
+    if unknown:
+        raise UsageError(f"--frameworks: unknown {', '.join(unknown)}; valid: {', '.join(FRAMEWORKS)}")
+    return tuple(names)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gmpo_plugins.frameworks.launch import UnsupportedSettingError
+    from gmpo_plugins.frameworks.render import render, write_launch
+    from gmpo_plugins.frameworks.spec import SpecError, load_spec
+    from gmpo_plugins.frameworks.translate import TRANSLATORS
+
+    frameworks = parse_frameworks(args.frameworks)
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected seconds > 0, got {args.timeout}")
+    out = Path(args.out) if args.out is not None else (None if args.dry_run else Path(DEFAULT_OUT))
+    if out is not None and out.exists():
+        raise UsageError(f"--out: {out} already exists; choose a new folder (nothing is overwritten)")
+    try:
+        spec = load_spec(args.spec)
+        launches = [TRANSLATORS[name](spec) for name in frameworks]
+    except SpecError as exc:
+        raise UsageError(f"{args.spec}: {exc}") from None
+    except UnsupportedSettingError as exc:
+        raise UsageError(f"{exc} (leave {exc.framework} out with --frameworks)") from None
+    base = (out if out is not None else Path(DEFAULT_OUT)).resolve()
+    launches = [launch.with_out(str(base / launch.framework)) for launch in launches]
+    if not args.dry_run:
+        return run_trainers(args, spec, launches, base)
+    print(render(launches), end="")
+    if out is not None:
+        for launch in launches:
+            write_launch(launch, out / launch.framework)
+        print(f"launches written to {out}/")
+    return 0
+
+
+def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> int:
+    """Run every launch's trainer (module docstring), then write the report."""
+    from gmpo_plugins.frameworks.render import write_launch
+    from gmpo_plugins.frameworks.report import write_report
+    from gmpo_plugins.frameworks.runner import RunnerError, framework_python, run_launch
+
+    try:  # every interpreter is found before any trainer starts
+        pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
+    except RunnerError as exc:
+        raise UsageError(str(exc)) from None
+    runs = []
+    status = 0
+    try:
+        for launch in launches:
+            write_launch(launch, out / launch.framework)
+            print(f"{launch.framework}: running ({pythons[launch.framework]})", flush=True)
+            run = run_launch(spec, launch, out / launch.framework, pythons[launch.framework], args.timeout)
+            runs.append(run)
+            state = "complete" if run.complete else "INCOMPLETE: " + run.failure.splitlines()[0]
+            print(f"{launch.framework}: {state}, {run.seconds:.1f} s, {len(run.records)} RL steps", flush=True)
+    except KeyboardInterrupt:
+        status = INTERRUPTED_STATUS
+        print("interrupted: the running trainer's processes were ended", file=sys.stderr)
+    complete = write_report(out, args.spec, runs, launches)
+    print(f"report: {out / 'report.md'}" + ("" if complete else " (incomplete)"))
+    return status or (0 if complete else 1)

@@ -1,0 +1,92 @@
+"""What every translator does the same way: check that the framework's adapter will run the
+spec's loss hyper-parameters exactly, and write the reward bridge's import lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_SUM_NORM
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.frameworks.launch import UnsupportedSettingError
+from gmpo_plugins.frameworks.reward import split_reference
+from gmpo_plugins.frameworks.spec import RunSpec
+
+ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
+
+
+def adapter_options(framework: str) -> ModuleType:
+    """``gmpo_plugins.adapters.<framework>.options``, which imports no framework.
+
+    The verl adapter package registers the losses into verl when it is imported (verl's
+    plugin entry point), so without verl installed its ``options`` module is loaded from
+    its file and entered in ``sys.modules`` under its own name: importing the package later
+    reuses that module (one ``VerlConfigError`` class).
+    """
+    name = f"gmpo_plugins.adapters.{framework}.options"
+    if name in sys.modules:
+        return sys.modules[name]
+    if framework != "verl" or importlib.util.find_spec("verl") is not None:
+        return importlib.import_module(name)
+    module_spec = importlib.util.spec_from_file_location(name, ADAPTERS / framework / "options.py")
+    assert module_spec is not None and module_spec.loader is not None  # the file ships with the package
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def check_hparams(
+    framework: str,
+    spec: RunSpec,
+    expressed: Mapping[str, Any],
+    *,
+    wanted: Mapping[str, Any] | None = None,
+    why: str = "",
+) -> None:
+    """Refuse unless the adapter of ``framework``, given the translated settings, calls the
+    loss with the spec's hyper-parameters: ``expressed`` is what the adapter's own option
+    translation returned (keys it leaves out keep the registry default), ``wanted``
+    overrides the spec's resolved values (KL settings the framework puts into the loss)."""
+    loss = get_loss(spec.loss)
+    target = {**spec.resolved_hparams(), **(wanted or {})}
+    if target.get("reduction") != SEQ_MEAN_TOKEN_SUM_NORM:  # the constant length is used by that reduction only
+        target.pop("norm_length", None)
+    for key, value in target.items():
+        got = expressed.get(key, loss.defaults[key])
+        if got != value:
+            source = "the registry default" if key not in expressed else "its translation of the settings"
+            raise UnsupportedSettingError(
+                framework,
+                f"loss_hparams.{key}={value!r}",
+                f"its adapter would call {spec.loss} with {key}={got!r} ({source})" + (f"; {why}" if why else ""),
+            )
+
+
+def reward_import(reference: str, alias: str = "_reward") -> str:
+    """Python lines that bind the spec's reward function to ``alias`` in a bridge file."""
+    target, name = split_reference(reference)
+    if not target.endswith(".py"):
+        return f"from {target} import {name} as {alias}\n"
+    return (
+        "import importlib.util\n\n"
+        f"_spec = importlib.util.spec_from_file_location('gmpo_plugins_run_reward', {target!r})\n"
+        "_module = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_module)\n"
+        f"{alias} = _module.{name}\n"
+    )
+
+
+def kl_refusal(framework: str, spec: RunSpec, estimators: Mapping[str, str], setting: str) -> str:
+    """The framework's name for ``spec.kl_estimator``; UnsupportedSettingError otherwise."""
+    if spec.kl_estimator not in estimators:
+        raise UnsupportedSettingError(
+            framework,
+            f"kl_estimator={spec.kl_estimator!r}",
+            f"{setting} offers {', '.join(sorted(estimators))}",
+        )
+    return estimators[spec.kl_estimator]

@@ -1,0 +1,135 @@
+"""``gmpo-plugins frameworks SPEC --dry-run``: the blocks printed for every framework (no framework
+installed), the example spec, usage errors in one line with exit status 2, and --out."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from gmpo_plugins.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "frameworks" / "tiny.toml"
+
+
+def usage_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_dry_run_prints_one_block_per_framework(write_spec, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["frameworks", str(write_spec()), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    blocks = [line for line in out.splitlines() if line.startswith("== ")]
+    assert blocks == ["== verl ==", "== openrlhf ==", "== trl ==", "== skyrl =="]
+    assert f"data.train_files={tmp_path}/gmpo-frameworks/verl/train.parquet" in out
+    assert "--actor.policy_loss_type gmpo_plugins.gmpo \\" in out  # a flag and its value on one line
+    assert "differences the spec cannot remove:" in out
+    assert not (tmp_path / "gmpo-frameworks").exists()  # a dry run without --out writes nothing
+
+
+def test_the_frameworks_option_selects_and_orders(write_spec, capsys):
+    assert main(["frameworks", str(write_spec()), "--dry-run", "--frameworks", "trl,verl"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("== ")] == ["== trl ==", "== verl =="]
+
+
+def test_out_writes_each_launch_and_is_never_overwritten(write_spec, capsys, tmp_path):
+    out = tmp_path / "launches"
+    assert main(["frameworks", str(write_spec()), "--dry-run", "--out", str(out)]) == 0
+    assert sorted(path.name for path in out.iterdir()) == ["openrlhf", "skyrl", "trl", "verl"]
+    assert (out / "verl" / "launch.sh").stat().st_mode & 0o111  # executable
+    script = (out / "verl" / "launch.sh").read_text()
+    assert script.startswith("#!/usr/bin/env bash\n")
+    assert "gmpo_plugins.frameworks.datasets verl" in script and f"{out}/verl/train.parquet" in script
+    assert (out / "trl" / "train_trl.py").read_text().count(f"'output_dir': '{out}/trl'") == 1
+    assert (out / "openrlhf" / "reward.py").exists() and (out / "skyrl" / "skyrl_main.py").exists()
+    capsys.readouterr()
+    err = usage_error(capsys, ["frameworks", str(write_spec()), "--dry-run", "--out", str(out)])
+    assert (
+        err
+        == f"gmpo-plugins frameworks: error: --out: {out} already exists; choose a new folder (nothing is overwritten)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"learning_rat": 1.0}, "learning_rat: unknown key (did you mean 'learning_rate'?)"),
+        ({"reward": "reward.py:one_argument"}, "reward: "),
+        ({"mini_batch_size": 3, "micro_batch_size": 1}, "mini_batch_size: 3 does not divide"),
+        ({"model": "absent"}, "model: "),
+    ],
+)
+def test_a_bad_spec_is_one_line_and_exit_2(write_spec, capsys, values, fragment):
+    path = write_spec(**values)
+    err = usage_error(capsys, ["frameworks", str(path), "--dry-run"])
+    assert err.startswith(f"gmpo-plugins frameworks: error: {path}: {fragment}")
+
+
+def test_a_refused_setting_names_the_framework(write_spec, capsys):
+    err = usage_error(capsys, ["frameworks", str(write_spec(dtype="float32")), "--dry-run"])
+    assert err.startswith("gmpo-plugins frameworks: error: openrlhf cannot express dtype='float32': ")
+    assert err.endswith("(leave openrlhf out with --frameworks)")
+    assert main(["frameworks", str(write_spec(dtype="float32")), "--dry-run", "--frameworks", "verl,trl,skyrl"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            ["--dry-run", "--frameworks", "verl,megatron"],
+            "--frameworks: unknown megatron; valid: verl, openrlhf, trl, skyrl",
+        ),
+        (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
+        (
+            ["--frameworks", "trl,verl"],
+            "verl: running its trainer is not available in this version (runnable: trl); use --dry-run for its launch",
+        ),
+    ],
+)
+def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is verl's
+    assert (
+        usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
+    )
+    assert not (tmp_path / "gmpo-frameworks").exists()  # refused before anything is written
+
+
+def test_a_run_without_the_frameworks_virtualenv_is_refused_before_anything_starts(
+    write_spec, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # no .nox/trl here
+    monkeypatch.delenv("GMPO_PLUGINS_PYTHON_TRL", raising=False)
+    if importlib.util.find_spec("trl") is not None:
+        pytest.skip("TRL is installed in this interpreter: it would run here")
+    err = usage_error(capsys, ["frameworks", str(write_spec()), "--frameworks", "trl"])
+    assert err.startswith("gmpo-plugins frameworks: error: trl: framework 'trl' is not installed")
+    assert "python3 -m nox -r -s trl" in err and not (tmp_path / "gmpo-frameworks").exists()
+
+
+def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):
+    """examples/frameworks/tiny.toml with its reward and prompts; the model folder (built by
+    build_tiny.py) only has to exist for a dry run, so an empty one stands in."""
+    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
+        shutil.copy(EXAMPLE.parent / name, tmp_path / name)
+    (tmp_path / "model").mkdir()
+    assert main(["frameworks", str(tmp_path / "tiny.toml"), "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("== ")] == [
+        "== verl ==",
+        "== openrlhf ==",
+        "== trl ==",
+        "== skyrl ==",
+    ]
+    # 2 prompts x 2 rollouts, one optimiser step of 4 responses per RL step, 3 steps
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out
+    assert "--data.max_samples 6 \\" in out and "'max_steps': 3" in out
+    assert "trainer.max_training_steps=3 \\" in out

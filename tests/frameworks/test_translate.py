@@ -1,0 +1,202 @@
+"""The translators without any framework installed: the exact settings each framework is given,
+the refusals (framework and setting named, never dropped) and the listed semantic differences.
+The same translations are checked against the installed frameworks in their own sessions
+(tests/trl, tests/skyrl, tests/openrlhf, tests/verl: test_frameworks_translation.py)."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+
+import pytest
+
+from gmpo_plugins.frameworks.launch import OUT, UnsupportedSettingError
+from gmpo_plugins.frameworks.render import shell_lines
+from gmpo_plugins.frameworks.spec import load_spec
+from gmpo_plugins.frameworks.translate import FRAMEWORKS, translate
+from gmpo_plugins.frameworks.translate import openrlhf as openrlhf_translator
+from gmpo_plugins.frameworks.translate import skyrl as skyrl_translator
+from gmpo_plugins.frameworks.translate import trl as trl_translator
+from gmpo_plugins.frameworks.translate import verl as verl_translator
+
+
+def overrides(launch) -> dict[str, str]:
+    return dict(arg.split("=", 1) for arg in launch.argv if "=" in arg)
+
+
+def flags(launch) -> dict[str, list[str]]:
+    """``--flag v1 v2`` -> {"--flag": ["v1", "v2"]} (a switch maps to [])."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for arg in launch.argv[1:]:
+        if arg.startswith("--"):
+            current = arg
+            found[current] = []
+        else:
+            found[current].append(arg)
+    return found
+
+
+def refusal(spec, translator) -> UnsupportedSettingError:
+    with pytest.raises(UnsupportedSettingError) as caught:
+        translator(spec)
+    return caught.value
+
+
+def test_every_framework_translates_the_base_spec(write_spec):
+    launches = translate(load_spec(write_spec()))
+    assert [launch.framework for launch in launches] == list(FRAMEWORKS) == ["verl", "openrlhf", "trl", "skyrl"]
+    for launch in launches:
+        topics = {difference.topic for difference in launch.differences}
+        assert {"advantages", "kl", "loss aggregation"} <= topics
+
+
+def test_verl_counts_mini_batches_in_prompts(write_spec, spec_dir):
+    spec = load_spec(write_spec(loss_hparams={"eps_low": 0.3, "eps_high": 0.5}))
+    launch = verl_translator.translate(spec)
+    got = overrides(launch)
+    actor = "actor_rollout_ref.actor"
+    assert launch.argv[:3] == ("python3", "-m", "verl.trainer.main_ppo")
+    assert got[f"{actor}.ppo_mini_batch_size"] == "2"  # 4 responses / 2 rollouts per prompt
+    assert got[f"{actor}.ppo_micro_batch_size_per_gpu"] == "2"
+    assert got["data.train_batch_size"] == "2" and got["actor_rollout_ref.rollout.n"] == "2"
+    assert got[f"{actor}.policy_loss.loss_mode"] == "gmpo_plugins.gmpo"
+    assert (got[f"{actor}.clip_ratio_low"], got[f"{actor}.clip_ratio_high"]) == ("0.3", "0.5")
+    assert got[f"{actor}.loss_agg_mode"] == "seq-mean-token-mean"
+    assert got[f"{actor}.optim.optimizer"] == "AdamW" and got[f"{actor}.optim.lr"] == "0.0001"
+    assert got[f"{actor}.use_kl_loss"] == "false" and f"{actor}.kl_loss_coef" not in got
+    assert got["trainer.total_training_steps"] == "3"
+    assert got["reward.custom_reward_function.path"] == f"{OUT}/reward.py"
+    assert f"{spec_dir / 'reward.py'}" in launch.files["reward.py"]
+    assert launch.prepare[0][-3:] == ("verl", str(spec.dataset), f"{OUT}/train.parquet")
+
+
+def test_verl_kl_sgd_and_fp32(write_spec):
+    spec = load_spec(write_spec(kl_coef=0.05, kl_estimator="k2", optimizer="sgd", dtype="float32"))
+    got = overrides(verl_translator.translate(spec))
+    actor = "actor_rollout_ref.actor"
+    assert (got[f"{actor}.use_kl_loss"], got[f"{actor}.kl_loss_coef"], got[f"{actor}.kl_loss_type"]) == (
+        "true",
+        "0.05",
+        "mse",  # verl's name for k2
+    )
+    assert got[f"{actor}.optim.optimizer"] == "SGD"
+    assert got[f"++{actor}.fsdp_config.mixed_precision"] == "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+
+
+def test_verl_refuses_grpo_without_a_dual_clip(write_spec):
+    # verl always passes clip_ratio_c (3.0 by default) as grpo's dual clip
+    error = refusal(load_spec(write_spec(loss="grpo")), verl_translator.translate)
+    assert (error.framework, error.setting) == ("verl", "loss_hparams.dual_clip=None")
+    assert "dual_clip=3.0" in str(error)
+    launch = verl_translator.translate(load_spec(write_spec(loss="grpo", loss_hparams={"dual_clip": 3.0})))
+    assert overrides(launch)["actor_rollout_ref.actor.clip_ratio_c"] == "3.0"
+    assert overrides(launch)["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"  # grpo's default
+
+
+def test_verl_and_skyrl_refuse_a_mini_batch_that_splits_a_group(write_spec):
+    spec = load_spec(write_spec(rollouts_per_prompt=4, prompts_per_step=2, mini_batch_size=2, micro_batch_size=2))
+    for translator, framework in ((verl_translator, "verl"), (skyrl_translator, "skyrl")):
+        error = refusal(spec, translator.translate)
+        assert (error.framework, error.setting) == (framework, "mini_batch_size=2")
+        assert str(error).startswith(f"{framework} cannot express mini_batch_size=2: ")
+
+
+def test_openrlhf_arguments(write_spec):
+    launch = openrlhf_translator.translate(load_spec(write_spec(advantage_std_norm=False, kl_coef=0.01)))
+    got = flags(launch)
+    assert launch.argv[0] == "gmpo-openrlhf"
+    assert got["--actor.policy_loss_type"] == ["gmpo_plugins.gmpo"]
+    assert got["--actor.eps_clip_low_high"] == ["0.4", "0.4"]  # gmpo's registry defaults
+    assert got["--actor.loss_agg_mode"] == ["seq-mean-token-mean"]
+    assert got["--train.batch_size"] == ["4"] and got["--rollout.batch_size"] == ["2"]
+    assert got["--data.max_samples"] == ["6"]  # 3 steps * 2 prompts
+    assert got["--data.max_len"] == ["1024"]  # 512 prompt + 512 response tokens (the defaults)
+    assert got["--algo.advantage.estimator"] == ["dr_grpo"]  # r - mean, no std
+    assert got["--algo.kl.use_loss"] == [] and got["--algo.kl.init_coef"] == ["0.01"]
+    assert got["--algo.kl.estimator"] == ["k3"]
+    assert got["--actor.adam.betas"] == ["0.9", "0.999"] and got["--ds.param_dtype"] == ["bf16"]
+
+
+@pytest.mark.parametrize(
+    ("values", "setting"),
+    [
+        ({"optimizer": "sgd"}, "optimizer='sgd'"),
+        ({"dtype": "float32"}, "dtype='float32'"),
+        ({"loss": "dr_grpo"}, "loss=dr_grpo"),  # its seq-mean-token-sum-norm has no OpenRLHF flag
+    ],
+)
+def test_openrlhf_refusals(write_spec, values, setting):
+    error = refusal(load_spec(write_spec(**values)), openrlhf_translator.translate)
+    assert (error.framework, error.setting) == ("openrlhf", setting)
+
+
+def test_trl_config_counts(write_spec):
+    spec = load_spec(write_spec(prompts_per_step=4, mini_batch_size=4, micro_batch_size=2, epochs_per_batch=2))
+    config = trl_translator.grpo_config(spec)
+    # 4 prompts * 2 rollouts = 8 responses per step, 2 optimiser steps of 4 responses, each 2 micro-batches of 2
+    assert (config["per_device_train_batch_size"], config["gradient_accumulation_steps"]) == (2, 2)
+    assert config["steps_per_generation"] == 4  # 8 responses / 2 per micro-batch
+    assert config["max_steps"] == 3 * 2 * 2  # steps * optimiser steps per step * epochs
+    assert (config["num_generations"], config["num_iterations"]) == (2, 2)
+    assert (config["epsilon"], config["epsilon_high"], config["beta"]) == (0.4, 0.4, 0.0)
+    assert config["scale_rewards"] == "group" and config["bf16"] is True
+    launch = trl_translator.translate(spec)
+    script = launch.files["train_trl.py"]
+    constants = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(script).body
+        if isinstance(node, ast.Assign) and node.targets[0].id.isupper()
+    }
+    assert constants["CONFIG"] == {**config, "output_dir": OUT}
+    assert (constants["LOSS"], constants["LOSS_HPARAMS"], constants["MAX_PROMPT_LENGTH"]) == ("gmpo", {}, 512)
+    assert "RegistryGRPOTrainer(" in script
+
+
+def test_trl_passes_the_kl_estimator_and_untranslated_hparams_as_loss_hparams(write_spec):
+    spec = load_spec(write_spec(kl_coef=0.1, kl_estimator="k1", loss_hparams={"log_ratio_bound": 10.0}))
+    assert trl_translator.grpo_config(spec)["beta"] == 0.1
+    script = trl_translator.translate(spec).files["train_trl.py"]
+    assert "LOSS_HPARAMS = {'kl_estimator': 'k1', 'log_ratio_bound': 10.0}" in script
+
+
+def test_trl_refuses_a_constant_length_other_than_the_response_length(write_spec):
+    spec = load_spec(write_spec(loss="dr_grpo", loss_hparams={"norm_length": 64}, max_response_length=8))
+    error = refusal(spec, trl_translator.translate)
+    assert (error.framework, error.setting) == ("trl", "loss_hparams.norm_length=64")
+    assert "max_completion_length" in str(error)
+
+
+def test_others_refuse_an_untranslated_hparam(write_spec):
+    spec = load_spec(write_spec(loss_hparams={"log_ratio_bound": 10.0}))
+    for translator in (verl_translator, openrlhf_translator, skyrl_translator):
+        error = refusal(spec, translator.translate)
+        assert error.setting == "loss_hparams.log_ratio_bound=10.0"
+        assert "log_ratio_bound=20.0 (the registry default)" in str(error)
+
+
+def test_skyrl_overrides(write_spec):
+    launch = skyrl_translator.translate(load_spec(write_spec(kl_coef=0.02)))
+    got = overrides(launch)
+    algorithm = "trainer.algorithm"
+    assert launch.argv[:2] == ("python3", f"{OUT}/skyrl_main.py")
+    assert got[f"{algorithm}.policy_loss_type"] == "gmpo_plugins.gmpo"
+    assert got[f"{algorithm}.loss_reduction"] == "sequence_mean"
+    assert (got[f"{algorithm}.use_kl_loss"], got[f"{algorithm}.kl_loss_coef"]) == ("true", "0.02")
+    assert got["trainer.policy_mini_batch_size"] == "2" and got["trainer.train_batch_size"] == "2"
+    compile(launch.files["skyrl_main.py"], "skyrl_main.py", "exec")
+
+
+def test_skyrl_refuses_a_dual_clip(write_spec):
+    error = refusal(load_spec(write_spec(loss="grpo", loss_hparams={"dual_clip": 3.0})), skyrl_translator.translate)
+    assert (error.framework, error.setting) == ("skyrl", "loss_hparams.dual_clip=3.0")
+
+
+def test_with_out_fills_every_placeholder(write_spec):
+    for launch in translate(load_spec(write_spec())):
+        filled = launch.with_out("/runs/x")
+        text = " ".join([*filled.argv, *filled.env.values(), *filled.files.values(), *map(" ".join, filled.prepare)])
+        assert OUT not in text
+        assert shlex.split(filled.command()) == list(filled.argv)
+        # the dry run's and launch.sh's one-argument-a-line form is the same command
+        assert shlex.split(shell_lines(filled.argv).replace("\\\n", " ")) == list(filled.argv)

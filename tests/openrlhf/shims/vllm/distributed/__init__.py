@@ -1,1 +1,0 @@
-"""TEST-ONLY stand-in for `vllm.distributed` (see the package docstring)."""

@@ -1,1 +1,0 @@
-"""TEST-ONLY stand-in for `vllm.distributed.device_communicators` (see the package docstring)."""

@@ -1,0 +1,102 @@
+"""``gmpo-plugins frameworks``' TRL translation against TRL 1.16: the keywords build a
+``GRPOConfig``, the adapter reads the spec's loss hyper-parameters back from it, and the
+generated ``train_trl.py`` refuses a prompt over max_prompt_length (test_frameworks_run.py
+runs it on the example spec through the command)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trl import GRPOConfig
+
+from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
+from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.frameworks.spec import load_spec, spec_from_mapping
+from gmpo_plugins.frameworks.translate import trl as translator
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "frameworks"
+
+
+def spec_in(tmp_path, **values):
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "say 1", "answer": "1"}\n')
+    (tmp_path / "reward.py").write_text("def reward(response, answer):\n    return 0.0\n")
+    raw = {"model": "model", "dataset": "prompts.jsonl", "reward": "reward.py:reward", "mini_batch_size": 8, **values}
+    return spec_from_mapping(raw, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"loss_hparams": {"eps_low": 0.3, "eps_high": 0.5}},
+        {"kl_coef": 0.05, "kl_estimator": "k1", "loss_hparams": {"log_ratio_bound": 10.0}},
+        {"loss": "dr_grpo", "max_response_length": 64, "loss_hparams": {"norm_length": 64}},
+        {"loss": "grpo", "optimizer": "sgd", "dtype": "float32", "advantage_std_norm": False},
+    ],
+)
+def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, values):
+    spec = spec_in(tmp_path, **values)
+    config = translator.grpo_config(spec)
+    config["output_dir"] = str(tmp_path / "out")
+    config["use_cpu"] = True  # bf16 on this machine's CPU; the translation targets the GPU a run has
+    args = GRPOConfig(**config)
+    # 8 prompts * 4 rollouts = 32 responses per step: 4 optimiser steps of 8, each 2 micro-batches of 4
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation) == (4, 2, 8)
+    assert args.generation_batch_size == 32 and args.num_generations == 4
+    assert args.max_steps == 1 * 4 * 1  # steps * optimiser steps per step * epochs
+    loss = get_loss(spec.loss)
+    got = loss_hparams_from_args(args, loss, translator.loss_hparams(spec, config))
+    wanted = spec.resolved_hparams()
+    if "kl_beta" in loss.defaults:
+        wanted.update(kl_beta=spec.kl_coef, kl_estimator=spec.kl_estimator)
+    if wanted.get("reduction") != "seq-mean-token-sum-norm":  # the constant length is unused
+        got.pop("norm_length", None)
+        wanted.pop("norm_length", None)
+    assert got == {key: wanted[key] for key in got}
+    assert all(wanted[key] == loss.defaults[key] for key in wanted if key not in got)
+
+
+def load_builder():
+    module_spec = importlib.util.spec_from_file_location("build_tiny", EXAMPLE / "build_tiny.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def example_in(tmp_path: Path, **replace) -> Path:
+    """The example spec, its reward and prompts in ``tmp_path``, with a freshly built model."""
+    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
+        shutil.copy(EXAMPLE / name, tmp_path / name)
+    load_builder().build_model(tmp_path / "model")
+    text = (tmp_path / "tiny.toml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / "tiny.toml").write_text(text)
+    return tmp_path / "tiny.toml"
+
+
+def run_script(launch, tmp_path):
+    out = tmp_path / "out"
+    launch = launch.with_out(str(out))
+    out.mkdir()
+    (out / "train_trl.py").write_text(launch.files["train_trl.py"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return out, subprocess.run(
+        [sys.executable, str(out / "train_trl.py")], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
+
+
+def test_the_generated_script_refuses_a_prompt_longer_than_max_prompt_length(tmp_path):
+    # "<|im_start|> user \n add 0 and 1 <|im_end|> \n <|im_start|> assistant \n" is 12 tokens > 4
+    spec = load_spec(example_in(tmp_path, **{"max_prompt_length = 32": "max_prompt_length = 4"}))
+    _, result = run_script(translator.translate(spec), tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == "max_prompt_length: prompt 0 has 12 tokens, more than 4"
