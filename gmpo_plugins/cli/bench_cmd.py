@@ -27,7 +27,7 @@ DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("bench", help="time and memory of the losses' forward+backward")
-    parser.add_argument("--losses", default="", help="comma-separated loss names (default: all registered)")
+    parser.add_argument("--losses", default=None, help="comma-separated loss names (default: all registered)")
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated BxT (default {DEFAULT_SHAPES})")
     parser.add_argument("--dtypes", default="fp32,bf16", help="comma-separated among fp32, bf16, fp16, fp64")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -70,7 +70,9 @@ def parse_config(args: argparse.Namespace):
     from gmpo_plugins.cli.errors import UsageError
     from gmpo_plugins.core.registry import UnknownLossError, list_losses
 
-    losses = _items(args.losses) or [spec.name for spec in list_losses()]
+    losses = [spec.name for spec in list_losses()] if args.losses is None else _items(args.losses)
+    if not losses:
+        raise UsageError(f"--losses: expected comma-separated loss names, got {args.losses!r}")
     for name in losses:
         try:
             from gmpo_plugins.core.registry import get_loss

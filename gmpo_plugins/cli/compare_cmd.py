@@ -166,14 +166,11 @@ def check_support(losses: list[str], frameworks: list[str]) -> tuple[dict[str, R
     return runners, in_process
 
 
-def make_plan(args: argparse.Namespace) -> Plan:
-    """Check every option before anything runs or is written; UsageError on the first bad one."""
-    import torch
-
-    from gmpo_plugins.compare.backends import base
+def check_options(args: argparse.Namespace) -> tuple[list[int], Task, list[str]]:
+    """(seeds, task, losses): the options that need no optional dependency, checked before
+    ``import_compare``, so that a bad value is reported even where transformers is missing;
+    UsageError on the first bad one."""
     from gmpo_plugins.compare.experiment.task import make_task
-    from gmpo_plugins.compare.experiment.trainer import RLConfig
-    from gmpo_plugins.compare.report import outdir
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
     if args.steps is not None and args.steps < 1:
@@ -193,6 +190,18 @@ def make_plan(args: argparse.Namespace) -> Plan:
             get_loss(name)
         except UnknownLossError as exc:
             raise UsageError(f"--losses: {exc}") from None
+    return seeds, task, losses
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    """Check every option before anything runs or is written; UsageError on the first bad one."""
+    import torch
+
+    from gmpo_plugins.compare.backends import base
+    from gmpo_plugins.compare.experiment.trainer import RLConfig
+    from gmpo_plugins.compare.report import outdir
+
+    seeds, task, losses = check_options(args)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device: cuda requested but torch.cuda.is_available() is False")
     try:
@@ -252,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    check_options(args)
     import_compare()
     import torch
     from rich.console import Console

@@ -22,6 +22,8 @@ def loss_rows() -> list[dict]:
             "description": spec.description,
             "clip_space": spec.clip_space,
             "sequence_level": spec.sequence_level,
+            "reductions": list(spec.reductions),
+            "impls": list(spec.impls),
             "defaults": dict(spec.defaults),
         }
         for spec in list_losses()
@@ -36,15 +38,30 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
     except ImportError:  # rich is an optional extra; plain columns without it
         for row in rows:
             print(f"{row['name']:<16} {row['provider']:<16} {row['description']}")
         return 0
-    table = Table(title="gmpo-plugins losses")
-    for column in ("name", "provider", "description", "defaults"):
-        table.add_column(column, overflow="fold")
+    table = Table(title="gmpo-plugins losses", show_lines=True)
+    table.add_column("loss (provider)", no_wrap=True)
+    table.add_column("description, defaults, reductions, impls", overflow="fold", min_width=_longest_word(rows))
     for row in rows:
-        defaults = ", ".join(f"{key}={value}" for key, value in row["defaults"].items())
-        table.add_row(row["name"], row["provider"], row["description"], defaults)
+        name = Text(f"{row['name']}\n") + Text(row["provider"], style="dim")  # Text: no markup in plugin strings
+        table.add_row(name, Text("\n".join(_details(row))))
     Console().print(table)
     return 0
+
+
+def _details(row: dict) -> list[str]:
+    """The lines of a loss's second cell: description, then its defaults, reductions and
+    impls as ``key=value`` words separated by ", " (so that a narrow terminal wraps between
+    them, never inside one)."""
+    lines = [row["description"], ", ".join(f"{key}={value}" for key, value in row["defaults"].items())]
+    lines += [f"{key}: {', '.join(row[key])}" for key in ("reductions", "impls") if row[key]]
+    return lines
+
+
+def _longest_word(rows: list[dict]) -> int:
+    """The width of the longest word of the second column: it wraps at spaces only."""
+    return max((len(word) for row in rows for line in _details(row) for word in line.split()), default=1)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gmpo_plugins.core.kl import KL_ESTIMATORS
-from gmpo_plugins.core.prepared import IS_AGGREGATIONS
+from gmpo_plugins.core.prepared import IS_AGGREGATIONS, LOG_RATIO_BOUND_MAX
 
 
 def _real(value: Any) -> bool:
@@ -26,7 +26,10 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kl_beta": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "kl_estimator": (lambda v: v in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}"),
     "dual_clip": (lambda v: v is None or (_real(v) and v > 1), "None or a finite number > 1"),
-    "log_ratio_bound": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+    "log_ratio_bound": (
+        lambda v: _real(v) and 0 < v <= LOG_RATIO_BOUND_MAX,
+        f"a finite number > 0 and <= {LOG_RATIO_BOUND_MAX:.6g} (0.9 * ln(float32 max): e^bound must stay finite)",
+    ),
     "kl_clamp": (lambda v: v is None or (_real(v) and v > 0), "None or a finite number > 0"),
     "rollout_is_aggregation": (lambda v: v in IS_AGGREGATIONS, f"one of {list(IS_AGGREGATIONS)}"),
     "norm_length": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0, "an int > 0"),

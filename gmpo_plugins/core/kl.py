@@ -4,9 +4,13 @@ With ``d = ref_log_probs - log_probs`` (B, T):
 
     k1 = -d                    unbiased, high variance
     k2 = d^2 / 2
-    k3 = exp(d) - d - 1        unbiased, non-negative (Schulman's "low variance" estimator)
+    k3 = expm1(d') - d'        d' = clamp(d, -20, 20); unbiased, non-negative (Schulman's
+                               "low variance" estimator, e^d - d - 1)
 
-``d`` is clamped to +-20 before ``exp`` so the estimate stays finite for any finite input.
+Only k3 clamps ``d`` (to +-20, before ``exp``, as verl's ``low_var_kl``), so that it stays
+finite for any finite input; k1 and k2 are polynomials of ``d`` and use it as it is (as
+verl's ``kl`` and ``mse``). k3 is written ``expm1(d') - d'``: ``exp(d) - 1`` would lose
+the leading digits of e^d - d - 1 ~ d^2 / 2 for small |d| (0.8% in float32 at d = -3e-3).
 
 ``kl_clamp`` (a hyper-parameter of every built-in loss, default None: off, as TRL) clamps
 the per-token estimate to [-kl_clamp, kl_clamp]; a clamped token gets zero gradient from
@@ -41,20 +45,26 @@ def _estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: s
         return 0.5 * d.square()
     if estimator == "k3":
         d = d.clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD)
-        return torch.exp(d) - d - 1.0
+        return torch.expm1(d) - d
     raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
 
 
 def reference_kl(
     log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor | None,
+    mask: torch.Tensor,
     *,
     beta: float,
     estimator: str,
     loss_name: str,
     clamp: float | None = None,
 ) -> torch.Tensor | None:
-    """Per-token KL (B, T) when a reference is given, None otherwise.
+    """Per-token KL (B, T) when a reference is given, None otherwise; exactly 0 where ``mask``
+    (B, T) bool is False.
+
+    Both log-probs are replaced by 0 at padding before the estimate (d = 0 there), so that
+    whatever padding holds (NaN, +-inf) reaches neither the value nor the gradient: the
+    gradient of ``where`` selects, it multiplies nothing by the padding's values.
 
     Raises ValueError when ``beta > 0`` asks for a KL term but ``ref_log_probs`` is missing.
     """
@@ -62,4 +72,7 @@ def reference_kl(
         if beta > 0:
             raise ValueError(f"{loss_name}: ref_log_probs is required when kl_beta > 0 (got kl_beta={beta})")
         return None
+    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
+    log_probs = torch.where(mask, log_probs, zero)
+    ref_log_probs = torch.where(mask, ref_log_probs, zero)
     return kl_per_token(log_probs, ref_log_probs, estimator, clamp)

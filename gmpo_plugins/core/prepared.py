@@ -26,10 +26,21 @@ def product_guard(dtype: torch.dtype) -> float:
     return 0.9 * math.log(torch.finfo(dtype).max)
 
 
+LOG_RATIO_BOUND_MAX = product_guard(torch.float32)
+"""The largest ``log_ratio_bound`` a loss accepts: 0.9 * ln(float32 max) = 79.85.
+
+Every loss computes exp of a log ratio clamped to +-``log_ratio_bound`` in float32 at least
+(half inputs are promoted). exp(79.85) = 4.6e34 leaves a factor float32.max^0.1 = 7.2e3 for
+the advantage, the IS weight and the batch normalisation before float32 overflows (3.4e38,
+ln = 88.7); a larger bound would switch the overflow guard off and turn a large log ratio
+into inf or NaN. Values are refused with a ValueError naming the hyper-parameter."""
+
+
 @dataclass
 class PreparedBatch:
     """Tensors in compute dtype. ``log_ratio`` is 0 on padding, ``advantages`` is (B,)
-    for sequence-level losses and (B, T) for token-level ones."""
+    for sequence-level losses (0 on a row without a valid token) and (B, T) for token-level
+    ones."""
 
     log_probs: torch.Tensor  # (B, T)
     log_ratio: torch.Tensor  # (B, T) log pi_theta - log pi_old, 0 where mask is False
@@ -55,11 +66,14 @@ def prepare(inputs: LossInputs, *, sequence_level: bool) -> PreparedBatch:
     log_ratio = torch.where(mask, raw, torch.zeros((), dtype=dtype, device=raw.device))
     lengths = mask.sum(-1).to(dtype)
 
+    rows = mask.any(-1)
     advantages = inputs.advantages.detach().to(dtype)
     if advantages.dim() == 1 and not sequence_level:
         advantages = advantages[:, None].expand_as(log_ratio)
     elif advantages.dim() == 2 and sequence_level:
         advantages = masked_mean(advantages, mask, dim=-1)
+    elif sequence_level:  # (B,): 0 on a row without a valid token, whatever it holds there
+        advantages = torch.where(rows, advantages, torch.zeros((), dtype=dtype, device=rows.device))
 
     def promote(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.detach().to(dtype)
@@ -69,7 +83,7 @@ def prepare(inputs: LossInputs, *, sequence_level: bool) -> PreparedBatch:
         log_ratio=log_ratio,
         advantages=advantages,
         mask=mask,
-        rows=mask.any(-1),
+        rows=rows,
         lengths=lengths,
         ref_log_probs=promote(inputs.ref_log_probs),
         rollout_is_weights=promote(inputs.rollout_is_weights),
@@ -104,7 +118,8 @@ def per_token_is_gradient(
         return values
     weights = weights.detach().to(values.dtype)
     mean = masked_mean(weights, mask, dim=-1)[:, None]
-    scale = torch.where(mean > 0, weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
+    # 0 at padding, whatever the weight there: the gradient below multiplies by the scale
+    scale = torch.where(mask & (mean > 0), weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
     detached = values.detach()
     scaled = detached + (values - detached) * scale
     return torch.where(mask, scaled, values)

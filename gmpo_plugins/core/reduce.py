@@ -86,7 +86,9 @@ def row_weights(
         seq-mean-token-sum-norm  v_i = S_i                         u_i = rows_i / L / N * D
 
     (L = ``norm_length``, a constant). A missing global count is the local one with
-    ``dp_size == 1`` and a ValueError otherwise (``require_global_count``).
+    ``dp_size == 1`` (N = sum_i rows_i: rows without a valid token do not count; M = sum_i
+    count_i) and a ValueError otherwise (``require_global_count``); a given N counts what
+    the caller counted (frameworks: every sequence, rows without a valid token included).
     """
     if reduction == TOKEN_MEAN:
         if batch.global_num_tokens is None:

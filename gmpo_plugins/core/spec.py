@@ -126,6 +126,7 @@ class LossSpec:
         batch: BatchInfo | None = None,
         *,
         validate: bool = True,
+        impl: Impl | None = None,
         **hparams: Any,
     ) -> LossOutput:
         """Compute the loss of one micro-batch.
@@ -138,8 +139,18 @@ class LossSpec:
         and its provider; a non-finite loss only with validate=True). With autograd on and
         log_probs not requiring grad, a NoGradientWarning is given once per loss (the loss
         then trains nothing).
+
+        ``impl`` chooses the path of a loss that has several (one of ``impls``, e.g.
+        ``"eager"`` for the unfused oracle); None leaves the loss's own default. ValueError
+        naming ``impl`` for a value the loss does not list (any value for a loss without
+        ``impls``).
         """
         params = self.resolve(hparams)
+        if impl is not None:
+            if impl not in self.impls:
+                offered = f"one of {list(self.impls)}" if self.impls else "None (it has one formulation)"
+                raise ValueError(f"{self.name}: impl must be {offered}, got {impl!r}")
+            params["impl"] = impl
         batch = BatchInfo() if batch is None else batch
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
         validate_batch_info(batch, values=validate)

@@ -151,8 +151,10 @@ def kl_rows(
     """
     ref = None if inputs.ref_log_probs is None else inputs.ref_log_probs.detach().to(dtype)
     log_probs = inputs.log_probs if ref is None else inputs.log_probs.to(dtype)  # no copy without a KL term
-    kl = reference_kl(log_probs, ref, beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name)
-    return None if kl is None else masked_sum(kl, as_bool_mask(mask), dim=-1)
+    kl = reference_kl(
+        log_probs, ref, as_bool_mask(mask), beta=kl_beta, estimator=kl_estimator, clamp=kl_clamp, loss_name=loss_name
+    )
+    return None if kl is None else kl.sum(-1)  # 0 at padding
 
 
 def finish(
@@ -174,6 +176,11 @@ def finish(
     ``rho`` and ``coef`` (B,) multiply the values (None: 1), ``kl`` (B,) holds the rows' KL
     sums (``kl_rows``), ``metrics`` the ``metric_vector`` when the caller has it already,
     ``extra`` further metrics (e.g. ``clip_frac_dual``).
+
+    ``values``, ``rho`` and ``coef`` must be finite on rows without a valid token, whose
+    weight u_i is 0 (0 * NaN would be NaN): the callers zero the per-row inputs there before
+    anything is computed from them (``prepare``, ``sequence_rows``, ``sequence_is_weights``),
+    at no cost to the fused path's operator count.
     """
     weights = row_weights(stats.count, stats.rows, batch, reduction, norm_length)
     if rho is not None:

@@ -57,6 +57,11 @@ class BatchInfo:
 
     When a global count is missing, the micro-batch is taken as an equal shard of the
     global batch: ``global_count = local_count * dp_size``, i.e. a plain local mean.
+
+    Rows without a valid token: a given ``global_batch_size`` is the caller's count, which
+    frameworks take over every sequence, such rows included; the local count (no
+    ``global_batch_size``) counts only rows with a valid token, as verl's ``agg_loss`` does
+    without a global count. Token counts are valid tokens either way.
     """
 
     dp_size: int = 1

@@ -123,7 +123,8 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
 
     Without reading a tensor: ``dp_size`` an int >= 1; a count given as a Python number
     finite and > 0, ``global_batch_size`` a whole number; a tensor count one element, not
-    bool. With ``values`` (which synchronises): tensor counts finite and > 0.
+    bool. With ``values`` (which synchronises): tensor counts finite and > 0, a tensor
+    ``global_batch_size`` a whole number too.
     ``global_num_tokens`` may be fractional, and neither count is compared with the
     micro-batch's own: adapters pass rescaled counts (OpenRLHF per-accumulation-step
     averages, SkyRL unit counts with pre-scaled advantages) that may legitimately be smaller.
@@ -141,8 +142,14 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
         if isinstance(value, torch.Tensor):
             if value.numel() != 1 or value.dtype == torch.bool or value.is_complex():
                 raise ValueError(f"batch.{name}: expected a one-element real tensor, got {value!r}")
-            if values and not bool(torch.isfinite(value).all() & (value > 0).all()):
+            if not values:
+                continue
+            whole = value == value.round() if name == "global_batch_size" else torch.ones((), dtype=torch.bool)
+            finite, integral = torch.stack((torch.isfinite(value).all() & (value > 0).all(), whole.all())).tolist()
+            if not finite:
                 raise ValueError(f"batch.{name}: expected a finite count > 0, got {value!r}")
+            if not integral:
+                raise ValueError(f"batch.{name}: expected a whole number of sequences, got {value!r}")
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"batch.{name}: expected a finite number > 0 or None, got {value!r}")

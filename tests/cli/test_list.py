@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gmpo_plugins.cli import main
+from gmpo_plugins.cli.list_cmd import _details, loss_rows
 
 from ..registry_names import builtin_losses
 
@@ -25,6 +26,10 @@ def test_json_lists_every_loss_with_provider_and_defaults(capsys):
     assert rows["gmpo"]["defaults"]["eps_low"] == 0.4
     assert rows["gmpo"]["clip_space"] == "log"
     assert rows["grpo"]["defaults"]["reduction"] == "seq-mean-token-mean"
+    assert rows["grpo"]["reductions"] == ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+    assert rows["grpo"]["impls"] == ["auto", "eager", "torch"]
+    assert rows["gmpo"]["reductions"] == [] and rows["gmpo"]["impls"] == ["auto", "eager", "torch", "triton"]
+    assert rows["example_reinforce"]["impls"] == []
     assert rows["example_reinforce"]["provider"] == "gmpo-example-plugin"
 
 
@@ -40,10 +45,20 @@ def test_console_script_prints_a_table():
     assert "eps_low=0.4" in result.stdout and "gmpo-plugins" in result.stdout
 
 
-def test_unknown_command_exits_2():
-    with pytest.raises(SystemExit) as info:
-        main(["nope"])
-    assert info.value.code == 2
+@pytest.mark.parametrize("columns", [80, 100])
+def test_table_at_80_columns_never_splits_a_word(columns, monkeypatch, capsys):
+    """Each description word and each ``key=value`` default stays whole on one line (a
+    narrow terminal wraps between them), and no line is wider than the terminal."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    words = [word for row in loss_rows() for line in _details(row) for word in line.split()]
+    words += [row["name"] for row in loss_rows()] + [row["provider"] for row in loss_rows()]
+    split = [word for word in words if not any(word in line for line in lines)]
+    assert not split, f"split across lines: {split}"
+    assert "reduction=token-mean," in out  # the word the old table cut in two
 
 
 def test_colliding_plugins_give_one_line_and_exit_1(monkeypatch, capsys):

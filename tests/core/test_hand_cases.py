@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gmpo_plugins import BatchInfo, LossInputs, get_loss
+from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 
 
 def one_sequence(log_ratios, advantage, dtype=torch.float64):
@@ -367,6 +367,7 @@ def test_data_parallel_without_global_counts_is_refused(name, field):
         (BatchInfo(global_batch_size=float("inf")), "finite number > 0"),
         (BatchInfo(global_batch_size=torch.tensor(float("inf"))), "finite count > 0"),
         (BatchInfo(global_batch_size=4.5), "whole number"),
+        (BatchInfo(global_batch_size=torch.tensor(2.5)), "whole number"),  # as the Python float
     ],
 )
 def test_global_counts_are_checked(info, message):
@@ -376,3 +377,39 @@ def test_global_counts_are_checked(info, message):
     )
     with pytest.raises(ValueError, match=message):
         get_loss("gmpo")(inputs, info)
+
+
+@pytest.mark.parametrize("count", [4, 4.0, torch.tensor(4), torch.tensor(4.0)])
+def test_whole_counts_are_accepted_as_numbers_and_tensors(count):
+    log_probs = torch.zeros(4, 2, dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(
+        log_probs, log_probs.detach(), torch.ones(4, dtype=torch.float64), torch.ones(4, 2, dtype=torch.bool)
+    )
+    assert get_loss("gmpo")(inputs, BatchInfo(global_batch_size=count)).loss.item() == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize(
+    "name, impl",
+    [
+        (spec.name, impl)
+        for spec in list_losses()
+        if spec.provider == "gmpo-plugins"
+        for impl in spec.impls
+        if impl != "triton"
+    ],
+)
+def test_rows_without_a_valid_token_count_in_n_only_through_the_global_count(name, impl):
+    """Two rows, one without a valid token; row 0: one token at r = 0, A = 1, so L_0 = -1
+    (every loss; dr_grpo with norm_length 1). Without a global count N is the local count of
+    rows with a valid token (1): loss -1; with global_batch_size = 2 (a framework counts
+    every sequence) N = 2: loss -1 / 2 = -0.5; token-mean counts valid tokens both ways (1)."""
+    log_probs = torch.zeros(2, 1, dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(
+        log_probs, log_probs.detach(), torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([[True], [False]])
+    )
+    spec = get_loss(name)
+    hparams = {"norm_length": 1} if "norm_length" in spec.defaults else {}
+    local = spec(inputs, impl=impl, **hparams).loss.item()
+    counted = spec(inputs, BatchInfo(global_batch_size=2, global_num_tokens=1), impl=impl, **hparams).loss.item()
+    assert local == pytest.approx(-1.0, rel=1e-12)
+    assert counted == pytest.approx(-1.0 if name == "dapo" else -0.5, rel=1e-12)

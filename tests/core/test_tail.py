@@ -98,7 +98,7 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
     positive, negative = (p.advantages > 0)[:, None] & p.mask, (p.advantages < 0)[:, None] & p.mask
     _, low, high = one_sided_clip(p.log_ratio.clamp(-bound, bound), positive, negative, eps, eps)
     eager = eager_row_stats(p.log_ratio, p.mask, low, high)
-    _, fused, metrics = fused_sequence_rows(
+    _, fused, metrics, _ = fused_sequence_rows(
         inputs.log_probs,
         inputs.old_log_probs,
         inputs.mask,

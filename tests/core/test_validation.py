@@ -85,6 +85,10 @@ def test_tensors_on_different_devices():
         ("dr_grpo", {"norm_length": 0}, ["norm_length", "int > 0"]),
         ("dapo", {"reduction": "seq-mean-token-mean"}, ["reduction", "['token-mean']"]),
         ("dr_grpo", {"reduction": "token-mean"}, ["reduction", "['seq-mean-token-sum-norm']"]),
+        # e^bound must stay finite in float32: 1e6 would switch the overflow guard off
+        ("grpo", {"log_ratio_bound": 1e6}, ["log_ratio_bound", "<= 79.85"]),
+        ("gmpo", {"log_ratio_bound": 80.0}, ["log_ratio_bound", "<= 79.85"]),
+        ("gspo", {"log_ratio_bound": math.inf}, ["log_ratio_bound", "finite"]),
     ],
 )
 def test_bad_hyper_parameters(name, hparams, words):
@@ -175,3 +179,66 @@ def test_clipping_family_member_without_an_eps_names_it(clip, impl):
             eps_high=0.4,
             impl=impl,
         )
+
+
+def test_log_ratio_bound_up_to_its_limit_keeps_float32_finite():
+    # the largest accepted bound, a float32 log ratio of 100 and A = -1e3: exp(79.85) * 1e3 = 4.6e37
+    from gmpo_plugins.core.prepared import LOG_RATIO_BOUND_MAX
+
+    assert LOG_RATIO_BOUND_MAX == pytest.approx(0.9 * math.log(torch.finfo(torch.float32).max))
+    for name in ("grpo", "gmpo_noclip", "gspo"):
+        log_probs = torch.tensor([[100.0]], requires_grad=True)
+        inputs = LossInputs(log_probs, torch.zeros(1, 1), torch.tensor([-1e3]), torch.tensor([[True]]))
+        out = get_loss(name)(inputs, log_ratio_bound=LOG_RATIO_BOUND_MAX)
+        out.loss.backward()
+        assert math.isfinite(out.loss.item()) and out.loss.item() > 1e37, name
+        assert torch.isfinite(log_probs.grad).all(), name
+
+
+@pytest.mark.parametrize(
+    "name, impl, words",
+    [
+        ("grpo", "triton", ["grpo", "impl", "'auto', 'eager', 'torch'", "'triton'"]),
+        ("gmpo", "fast", ["gmpo", "impl", "'eager'", "'fast'"]),
+    ],
+)
+def test_impl_is_checked_by_the_call(name, impl, words):
+    with pytest.raises(ValueError) as info:
+        get_loss(name)(variant(), impl=impl)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_impl_is_refused_by_a_loss_with_one_formulation():
+    from gmpo_plugins.core.spec import LossSpec
+
+    spec = LossSpec(
+        name="single",
+        fn=lambda inputs, batch: get_loss("gmpo").fn(inputs, batch, **get_loss("gmpo").defaults),
+        description="",
+    )
+    with pytest.raises(ValueError, match=r"single: impl must be None \(it has one formulation\), got 'eager'"):
+        spec(variant(), impl="eager")
+
+
+@pytest.mark.parametrize("name", ["gmpo", "grpo", "gspo"])
+def test_impl_chooses_the_path_with_validation(name, monkeypatch):
+    """``spec(inputs, impl="eager")`` runs the eager oracle (and still checks values); the
+    default runs the fused path; both give the same loss."""
+    from gmpo_plugins.core.losses import gmpo, gspo, ppo_clip
+
+    calls = []
+    for module, attribute in (
+        (gmpo, "eager_geometric_mean_loss"),
+        (gspo, "eager_gspo_loss"),
+        (ppo_clip, "eager_clipped_ratio_loss"),
+    ):
+        original = getattr(module, attribute)
+        monkeypatch.setattr(module, attribute, lambda *a, _f=original, **k: calls.append("eager") or _f(*a, **k))
+    fused = get_loss(name)(variant()).loss
+    assert calls == []
+    eager = get_loss(name)(variant(), impl="eager").loss
+    assert calls == ["eager"]
+    assert eager.item() == pytest.approx(fused.item(), rel=1e-6)
+    with pytest.raises(ValueError, match="log_probs: expected finite values"):
+        get_loss(name)(variant(log_probs=torch.full((3, 4), math.nan)), impl="eager")

@@ -37,12 +37,14 @@ def sequence_is_weights(
     ``aggregation`` (``prepared.IS_AGGREGATIONS``): the geometric mean exp(mean_t log w_t)
     for ``geometric_mean`` (a zero weight makes it 0), the arithmetic mean otherwise
     (``per_token`` scales each token's gradient separately, ``prepared.per_token_is_gradient``).
-    An empty row gets 1 (geometric) or 0 (arithmetic); its loss weight is 0 anyway.
+    An empty row gets 1 (geometric) or 0 (arithmetic), and 0 from (B,) weights whatever they
+    hold there (its loss weight is 0, and 0 * NaN would be NaN).
     """
     if weights is None:
         return None
     if weights.dim() == 1:
-        return weights.detach().to(dtype)
+        zero = torch.zeros((), dtype=dtype, device=weights.device)
+        return torch.where(as_bool_mask(mask).any(-1), weights.detach().to(dtype), zero)
     if aggregation == "geometric_mean":
         return torch.exp(row_masked_mean(weights, mask, dtype, log=True))
     return row_masked_mean(weights, mask, dtype)

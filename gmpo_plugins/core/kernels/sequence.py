@@ -106,7 +106,7 @@ def fused_geometric_mean_loss(
     token_clip = clip == "token"
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
-    value, stats, metrics = fused_sequence_rows(
+    value, stats, metrics, advantages = fused_sequence_rows(
         _policy_log_probs(inputs, rollout_is_aggregation, dtype),
         inputs.old_log_probs,
         inputs.mask,
@@ -166,7 +166,7 @@ def fused_gspo_loss(
     bound = log_ratio_bound
     dtype = compute_dtype(inputs.log_probs.dtype)
     advantages = sequence_advantages(inputs, dtype)
-    value, stats, _ = fused_sequence_rows(
+    value, stats, _, advantages = fused_sequence_rows(
         _policy_log_probs(inputs, rollout_is_aggregation, dtype),
         inputs.old_log_probs,
         inputs.mask,

@@ -10,6 +10,8 @@ built from the sign of A_i (``_bounds``):
              outside a bound that is the eps one (eps < R) on the side of its advantage
     metrics  (9,): ``tail.metric_vector(table)``
     active   (B, T) bool: the tokens inside their bounds (saved for backward)
+    adv      (B,): A_i, and 0 on a row without a valid token whatever it holds there (the
+             loss tail multiplies by it: 0 * NaN would be NaN), at no extra operator
 
 Backward, ``gmpo_plugins::sequence_rows_backward``: with g_i = dLoss/dvalue_i,
 
@@ -53,8 +55,9 @@ def _sequence_rows(
     normalise: bool,
     metrics: bool,
     impl: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(value (B,), table (7, B), metrics (9,) or (0,), active (B, T) bool), module docstring.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(value (B,), table (7, B), metrics (9,) or (0,), active (B, T) bool, adv (B,)), module
+    docstring.
 
     advantages (B,) in the compute dtype; ``low``/``high`` the log-space bounds of the
     advantage's side (R where there is no clip); ``count_low``/``count_high`` whether tokens
@@ -68,9 +71,10 @@ def _sequence_rows(
     sums, active = backend.forward(log_probs, old_log_probs, mask, lo, hi)
     sum_clipped, sum_raw, count, below, above, raw_min, raw_max = sums.unbind(0)
     zero = torch.zeros((), dtype=sums.dtype, device=sums.device)
+    live = count > 0
     stats = RowStats(
         count=count,
-        rows=(count > 0).to(sums.dtype),
+        rows=live.to(sums.dtype),
         sum_raw=sum_raw,
         raw_min=raw_min,
         raw_max=raw_max,
@@ -79,14 +83,16 @@ def _sequence_rows(
     )
     value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
     vector = metric_vector(stats) if metrics else count.new_empty((0,))
-    return value, torch.stack(stats), vector, active
+    return value, torch.stack(stats), vector, active, torch.where(live, advantages, zero)
 
 
 sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence_rows, mutates_args=())
 
 
 @sequence_rows.register_fake
-def _(log_probs: torch.Tensor, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _(
+    log_probs: torch.Tensor, *args: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
     metrics = PassOptions(*args[3:]).metrics  # args: old_log_probs, mask, advantages, then the options
@@ -95,6 +101,7 @@ def _(log_probs: torch.Tensor, *args: Any) -> tuple[torch.Tensor, torch.Tensor, 
         log_probs.new_empty((ROW_STATS, batch), dtype=dtype),
         log_probs.new_empty((len(RATIO_METRIC_KEYS) if metrics else 0,), dtype=dtype),
         log_probs.new_empty((batch, length), dtype=torch.bool),
+        log_probs.new_empty((batch,), dtype=dtype),
     )
 
 
@@ -151,15 +158,15 @@ class SequenceRows(torch.autograd.Function):
         mask: torch.Tensor,
         advantages: torch.Tensor,
         *options: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        value, table, metrics, active = torch.ops.gmpo_plugins.sequence_rows(
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        value, table, metrics, active, adv = torch.ops.gmpo_plugins.sequence_rows(
             log_probs, old_log_probs, mask, advantages, *options
         )
         ctx.save_for_backward(active, table)
         ctx.options, ctx.dtype = PassOptions(*options), log_probs.dtype
-        ctx.mark_non_differentiable(table, metrics)
+        ctx.mark_non_differentiable(table, metrics, adv)
         ctx.set_materialize_grads(False)  # no zero gradients are made for the statistics
-        return value, table, metrics
+        return value, table, metrics, adv
 
     @staticmethod
     @once_differentiable
@@ -181,16 +188,17 @@ def fused_sequence_rows(
     mask: torch.Tensor,
     advantages: torch.Tensor,
     options: PassOptions,
-) -> tuple[torch.Tensor, RowStats, torch.Tensor | None]:
+) -> tuple[torch.Tensor, RowStats, torch.Tensor | None, torch.Tensor]:
     """(value (B,) differentiable, ``RowStats``, metric vector (9,), or None without
-    ``options.metrics``); module docstring.
+    ``options.metrics``, the advantages (B,) with 0 on rows without a valid token); module
+    docstring.
 
     ``options.impl`` is a loss's ``impl`` ("auto", "torch" or "triton"): an impl this input
     cannot run is refused before any work, and the operators get the backend it selects.
     """
     backend = select_backend(options.impl, log_probs)  # type: ignore[arg-type]  # a str from the checked hparams
     options = options._replace(impl=backend_name(backend))
-    value, table, metrics = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
+    value, table, metrics, adv = SequenceRows.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply is unannotated
         log_probs, old_log_probs.detach(), mask.detach(), advantages, *options
     )
-    return value, RowStats(*table.unbind(0)), metrics if options.metrics else None
+    return value, RowStats(*table.unbind(0)), metrics if options.metrics else None, adv
