@@ -1,0 +1,111 @@
+r"""``python -m skyrl_cpu [--out DIR] [--ranks N] [--save-params] <SkyRL overrides>``: SkyRL's
+trainer on CPU with the stand-ins of this package and gmpo-plugins' losses registered.
+
+What SkyRL's ``main_base.main`` does, with two differences: Ray is started here with logical
+GPUs (SkyRL's workers ask Ray for ``num_gpus=1``; nothing uses a GPU) and with this package and
+its ``shims`` on every Ray process's PYTHONPATH, and the experiment runs in this process
+(``CPUExp``; SkyRL runs it in a Ray task) so that its logged metrics can be written to
+``DIR/metrics.json`` (step -> metrics). ``--save-params`` also writes the policy's parameters
+after each step (``DIR/params_step<N>.pt``). Configuration errors exit with status 2 and one
+line naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIMS = os.path.join(HERE, "shims")
+
+
+def _python_path() -> str:
+    parts = [SHIMS, os.path.dirname(HERE), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return os.pathsep.join(dict.fromkeys(part for part in parts if part))
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value if not isinstance(value, float) or math.isfinite(value) else str(value)
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    return str(value)
+
+
+def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Our options and the SkyRL overrides (everything of the form ``key=value``)."""
+    parser = argparse.ArgumentParser(prog="python -m skyrl_cpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="skyrl_cpu_run", help="folder for metrics.json (created)")
+    parser.add_argument("--save-params", action="store_true", help="also save the parameters after each step")
+    parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs given to Ray")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run SkyRL's trainer on CPU; returns the exit status."""
+    args, overrides = parse(sys.argv[1:] if argv is None else argv)
+    os.environ["PYTHONPATH"] = _python_path()
+    sys.path[:0] = [SHIMS]
+    from gmpo_plugins.adapters.skyrl import SkyRLConfigError, register_losses
+    from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.utils import validate_cfg
+
+    register_losses()
+    try:
+        cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
+        validate_cfg(cfg)
+        _check_loss_options(cfg)
+    except (AssertionError, ValueError, TypeError, SkyRLConfigError) as exc:
+        print(f"python -m skyrl_cpu: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+
+    import ray
+    from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
+
+    from skyrl_cpu.engine import start_engine
+    from skyrl_cpu.experiment import CPUExp
+
+    world = cfg.trainer.placement.policy_num_gpus_per_node * cfg.trainer.placement.policy_num_nodes
+    env = {"PYTHONPATH": os.environ["PYTHONPATH"], "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for name in ("SKYRL_CPU_OPTIMIZER", "TORCHDYNAMO_DISABLE"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    os.makedirs(args.out, exist_ok=True)
+    start = time.monotonic()
+    ray.init(num_cpus=args.num_cpus, num_gpus=world, include_dashboard=False, runtime_env={"env_vars": env})
+    try:
+        sync_registries()
+        engine = start_engine(cfg.trainer.policy.model.path)
+        exp = CPUExp(cfg, engine, params_dir=args.out if args.save_params else None)
+        exp.run()
+        logs = exp.recorder.logs
+        versions = ray.get(engine.weight_version.remote())
+    finally:
+        ray.shutdown()
+    result = {
+        "steps": {str(step): {k: _jsonable(v) for k, v in metrics.items()} for step, metrics in logs.items()},
+        "weight_versions": versions,
+        "wall_s": time.monotonic() - start,
+    }
+    with open(os.path.join(args.out, "metrics.json"), "w") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+    return 0
+
+
+def _check_loss_options(cfg: object) -> None:
+    """Let gmpo-plugins' adapter refuse settings the configured loss cannot honour before Ray
+    starts (the loss would refuse them at its first call, inside a worker)."""
+    from gmpo_plugins.adapters.skyrl.options import hparams_from_config
+    from gmpo_plugins.adapters.skyrl.registration import is_ours
+    from gmpo_plugins.core.registry import get_loss
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    name = cfg.trainer.algorithm.policy_loss_type
+    loss = PolicyLossRegistry.get(name)
+    if is_ours(loss):
+        hparams_from_config(get_loss(loss.loss), cfg.trainer.algorithm, name)
