@@ -8,8 +8,8 @@ overridable hooks, and both are replaced here:
 ``InferenceEngineInterface``; what the trainer and the policy worker call on it for weight sync
 (``get_world_size``, ``init_weight_update_communicator``, ``start_weight_update``,
 ``update_weights_nccl``, ``finish_weight_update``, ``increment_weight_version``,
-pause/resume/sleep/wake_up, ``reset_prefix_cache``) is a no-op or bookkeeping, because the weights themselves arrive through
-SkyRL's own ``BroadcastWeightTransferSender`` -> the ``vllm`` stand-in (``shims/``) ->
+pause/resume/sleep/wake_up, ``reset_prefix_cache``) is a no-op or bookkeeping, because the
+weights themselves arrive through SkyRL's own ``BroadcastWeightTransferSender`` -> the ``vllm`` stand-in (``shims/``) ->
 ``HFEngine.load_weights``.
 
 ``HFEngine`` is a named Ray actor holding a Hugging Face model in float32; it samples with
@@ -30,9 +30,9 @@ import ray
 import torch
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
+from vllm.distributed.weight_transfer.nccl_engine import ENGINE_ACTOR
 
 from skyrl_cpu.seeded_generation import seeded_sample
-from vllm.distributed.weight_transfer.nccl_engine import ENGINE_ACTOR
 
 
 class HFEngine:

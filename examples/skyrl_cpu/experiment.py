@@ -75,8 +75,17 @@ class CPUExp(BasePPOExp):
     def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> SeededGenerator:
         return SeededGenerator(cfg.generator, tokenizer, inference_engine_client)
 
-    def get_trainer(self, cfg: Any, tracker: Any, tokenizer: Any, train_dataset: Any, eval_dataset: Any,
-                    inference_engine_client: Any, generator: Any, colocate_pg: Any) -> CPUTrainer:
+    def get_trainer(
+        self,
+        cfg: Any,
+        tracker: Any,
+        tokenizer: Any,
+        train_dataset: Any,
+        eval_dataset: Any,
+        inference_engine_client: Any,
+        generator: Any,
+        colocate_pg: Any,
+    ) -> CPUTrainer:
         trainer = CPUTrainer(
             cfg=cfg,
             tracker=tracker,

@@ -55,10 +55,11 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 def _check_loss_options(cfg: Any) -> None:
     """Let gmpo-plugins' adapter refuse settings the configured loss cannot honour before Ray
     starts (the loss would refuse them at its first call, inside a worker)."""
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
     from gmpo_plugins.adapters.skyrl.options import hparams_from_config
     from gmpo_plugins.adapters.skyrl.registration import is_ours
     from gmpo_plugins.core.registry import get_loss
-    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
 
     name = cfg.trainer.algorithm.policy_loss_type
     loss = PolicyLossRegistry.get(name)
@@ -76,6 +77,24 @@ def load_config(overrides: list[str]) -> Any:
     validate_cfg(cfg)
     _check_loss_options(cfg)
     return cfg
+
+
+def _remove_placement_groups() -> None:
+    """Free the placement groups a run's actor groups created (SkyRL makes one for a policy
+    with several ranks and leaves it to the end of the Ray session)."""
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    for pg_id, info in placement_group_table().items():
+        if info.get("state") != "REMOVED":
+            remove_placement_group(PlacementGroup(_placement_group_id(pg_id)))
+
+
+def _placement_group_id(hex_id: str):
+    """Ray's PlacementGroupID from its hex form."""
+    from ray._raylet import PlacementGroupID
+
+    return PlacementGroupID.from_hex(hex_id)
 
 
 def run_one(cfg: Any, out: str, save_params: bool) -> dict[str, Any]:
@@ -99,6 +118,7 @@ def run_one(cfg: Any, out: str, save_params: bool) -> dict[str, Any]:
             for actor in getattr(group, "_actor_handlers", []):
                 ray.kill(actor)
         ray.kill(engine)
+        _remove_placement_groups()
     result = {
         "steps": {str(k): {n: _jsonable(v) for n, v in m.items()} for k, m in exp.recorder.logs.items()},
         "weight_versions": versions,
@@ -131,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import ray
     from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
 
-    world = max(c.trainer.placement.policy_num_gpus_per_node * c.trainer.placement.policy_num_nodes for c in configs.values())
+    world = max(
+        c.trainer.placement.policy_num_gpus_per_node * c.trainer.placement.policy_num_nodes for c in configs.values()
+    )
     env = {"PYTHONPATH": os.environ["PYTHONPATH"], "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     for name in ("SKYRL_CPU_OPTIMIZER", "TORCHDYNAMO_DISABLE"):
         if name in os.environ:
