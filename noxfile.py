@@ -12,6 +12,7 @@
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
+    nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
@@ -285,6 +286,29 @@ def skyrl(session: nox.Session) -> None:
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
     session.run("gmpo-plugins", "parity", env=env)
+
+
+# what SkyRL's trainer imports beyond the policy-loss path (part of its skyrl-train extra):
+# the HTTP inference client module (aiohttp), the dataloader (torchdata), the batch (tensordict)
+SKYRL_TRAINER_REQUIREMENTS = ("aiohttp", "torchdata", "tensordict")
+
+
+@session
+def skyrl_e2e(session: nox.Session) -> None:
+    """SkyRL 0.3.0's own RayPPOTrainer.train() on CPU (FSDP2 on gloo, Ray, weight sync) with
+    policy_loss_type=gmpo: a 2-step run, parameter invariance over micro-batches and ranks (and a
+    split-dependent loss that must fail it; SkyRL's gspo reported), bad configurations.
+
+    Same install as the skyrl session plus SKYRL_TRAINER_REQUIREMENTS; examples/skyrl_cpu stands
+    in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings).
+    """
+    session.install(TORCH)
+    constraints = torch_constraint(session)
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
+    session.install("-c", constraints, "-e", ".[test]")
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
+    env = {"PYTHONPATH": shims}
+    session.run("pytest", "tests/skyrl_e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
 
 
 @session

@@ -63,13 +63,44 @@ def test_entry_point_registers_then_runs_skyrl_main_without_the_override(monkeyp
     stand_in.main = lambda: seen.update(argv=list(sys.argv), losses=PolicyLossRegistry.list_available())
     monkeypatch.setitem(sys.modules, "skyrl.train.entrypoints.main_base", stand_in)
     monkeypatch.setattr(sys, "argv", ["main_base.py"])
-    overrides = [
-        "trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint",
-        "trainer.algorithm.policy_loss_type=gmpo",
-    ]
+    overrides = ["trainer.override_entrypoint=gmpo_plugins.adapters.skyrl.entrypoint", *VALID]
     entrypoint.main(overrides)
-    assert seen["argv"] == ["main_base.py", "trainer.algorithm.policy_loss_type=gmpo"]
+    assert seen["argv"] == ["main_base.py", *VALID]
     assert "gmpo" in seen["losses"] and "gmpo_plugins.gspo" in seen["losses"]
+
+
+# a configuration SkyRL's validate_cfg and gmpo accept (SkyRL's default logger needs WANDB_API_KEY)
+VALID = [
+    "trainer.logger=console",
+    "trainer.algorithm.policy_loss_type=gmpo",
+    "trainer.algorithm.loss_reduction=sequence_mean",
+]
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("trainer.algorithm.policy_loss_type=gmpo_typo", "invalid policy_loss_type: gmpo_typo"),
+        ("trainer.algorithm.loss_reduction=token_mean", "trainer.algorithm.loss_reduction='token_mean'"),
+        ("trainer.algorithm.eps_clip_low=0", "trainer.algorithm.eps_clip_low"),
+    ],
+)
+def test_entry_point_refuses_a_bad_configuration_before_skyrl_starts(monkeypatch, capsys, override, named):
+    """The adapter's entry point checks the config (SkyRL's validate_cfg, then the loss's
+    translation) before SkyRL's main_base starts Ray: exit status 2, one line naming the setting.
+    Stand-in: main_base, as above; it must not be reached."""
+    import types
+
+    from gmpo_plugins.adapters.skyrl import entrypoint
+
+    stand_in = types.ModuleType("skyrl.train.entrypoints.main_base")
+    stand_in.main = lambda: pytest.fail("SkyRL's main ran with a configuration the loss refuses")
+    monkeypatch.setitem(sys.modules, "skyrl.train.entrypoints.main_base", stand_in)
+    with pytest.raises(SystemExit) as exit_info:
+        entrypoint.main([*VALID, override])
+    assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("python -m gmpo_plugins.adapters.skyrl: invalid configuration: ") and named in line, line
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="skyrl 0.3 imports on Python >= 3.12")

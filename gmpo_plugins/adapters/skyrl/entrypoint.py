@@ -9,14 +9,23 @@ with the same overrides (``trainer.override_entrypoint`` removed: it is SkyRL's 
 this, not a config field). SkyRL's ``initialize_ray`` then pushes the registry to its Ray
 registry actor, where every worker finds it. ``--names`` prints which
 ``policy_loss_type`` runs which registry loss.
+
+Before SkyRL starts Ray, the overrides are read into SkyRL's config, validated by SkyRL
+(``validate_cfg``) and by the selected registry loss (``check_config``): a setting the loss
+cannot honour (``loss_reduction`` it cannot express, ``eps_clip_low=0`` with gmpo, ...) or a
+``policy_loss_type`` nobody registered exits with status 2 and one line naming the setting,
+within seconds, instead of failing at the loss's first call inside a Ray worker.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from gmpo_plugins.adapters.skyrl.registration import SkyRLName, register_losses
+from gmpo_plugins.adapters.skyrl.options import SkyRLConfigError, hparams_from_config
+from gmpo_plugins.adapters.skyrl.registration import SkyRLName, is_ours, register_losses
+from gmpo_plugins.core.registry import get_loss
 
 OVERRIDE = "trainer.override_entrypoint="
 
@@ -33,14 +42,39 @@ def table(names: Sequence[SkyRLName]) -> str:
     return "\n".join(lines)
 
 
+def check_config(cfg: Any) -> None:
+    """Validate SkyRL's config ``cfg`` as SkyRL does, then, when ``policy_loss_type`` selects a
+    registry loss, translate its settings as the loss will (``hparams_from_config``).
+
+    Raises SkyRL's own error (ValueError, AssertionError, ...) for a setting SkyRL refuses, or
+    SkyRLConfigError naming the SkyRL field the loss cannot honour.
+    """
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+    from skyrl.train.utils import validate_cfg
+
+    validate_cfg(cfg)
+    name = cfg.trainer.algorithm.policy_loss_type
+    loss = PolicyLossRegistry.get(name)
+    if is_ours(loss):
+        hparams_from_config(get_loss(loss.loss), cfg.trainer.algorithm, name)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Register, then run SkyRL's ``main_base.main()`` on ``argv`` (default ``sys.argv[1:]``)."""
+    """Register, check the config, then run SkyRL's ``main_base.main()`` on ``argv`` (default
+    ``sys.argv[1:]``); exit status 2 with one line for a configuration that ``check_config`` refuses."""
     args = list(sys.argv[1:] if argv is None else argv)
     names = register_losses()
     if args == ["--names"]:
         print(table(names))
         return
+    from skyrl.train.config import SkyRLTrainConfig
     from skyrl.train.entrypoints.main_base import main as skyrl_main
 
-    sys.argv = [sys.argv[0], *(arg for arg in args if not arg.startswith(OVERRIDE))]
+    overrides = [arg for arg in args if not arg.startswith(OVERRIDE)]
+    try:
+        check_config(SkyRLTrainConfig.from_cli_overrides(overrides))
+    except (AssertionError, ValueError, TypeError, SkyRLConfigError) as exc:
+        print(f"python -m gmpo_plugins.adapters.skyrl: invalid configuration: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sys.argv = [sys.argv[0], *overrides]
     skyrl_main()

@@ -1,0 +1,1 @@
+"""See ``vllm/__init__.py`` of this stand-in."""
