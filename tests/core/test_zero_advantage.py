@@ -18,7 +18,9 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
 TRITON_RUNS = triton_importable() and (torch.cuda.is_available() or triton_interpreter())
-needs_triton = pytest.mark.skipif(not TRITON_RUNS, reason="triton not installed, or neither CUDA nor TRITON_INTERPRET=1")
+needs_triton = pytest.mark.skipif(
+    not TRITON_RUNS, reason="triton not installed, or neither CUDA nor TRITON_INTERPRET=1"
+)
 IMPLS = ["eager", "torch", pytest.param("triton", marks=needs_triton)]
 GMPO_FAMILY = ("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm")
 
@@ -83,7 +85,9 @@ def test_zero_advantage_keeps_only_the_kl_term(name, impl):
     device = device_for(impl)
     log_probs = torch.zeros(1, 2, dtype=torch.float32, device=device, requires_grad=True)
     old = -torch.tensor([[0.6, -0.6]], device=device)
-    inputs = LossInputs(log_probs, old, torch.zeros(1, device=device), torch.ones(1, 2, dtype=torch.bool, device=device))
+    inputs = LossInputs(
+        log_probs, old, torch.zeros(1, device=device), torch.ones(1, 2, dtype=torch.bool, device=device)
+    )
     inputs.ref_log_probs = torch.full((1, 2), math.log(2), device=device)
     out = call(name, inputs, impl, kl_beta=0.5)
     out.loss.backward()
