@@ -113,6 +113,7 @@ def kernels(session: nox.Session) -> None:
         "pytest",
         "tests/core/test_kernels.py",
         "tests/core/test_compile.py",
+        "tests/core/test_triton_verify.py",
         "-k",
         "triton",
         *WARNINGS_REPORTED,
