@@ -87,6 +87,7 @@ def core(session: nox.Session) -> None:
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", "tests/scripts", *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run(
         "gmpo-plugins",
@@ -120,6 +121,7 @@ def kernels(session: nox.Session) -> None:
         *session.posargs,
         env={"TRITON_INTERPRET": "1"},
     )
+    session.run("gmpo-plugins", "doctor", env={"TRITON_INTERPRET": "1"})
 
 
 @session
@@ -129,6 +131,7 @@ def trl(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", "trl==1.16.0")
     session.run("pytest", "tests/trl", *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
 
 
@@ -141,6 +144,7 @@ def verl(session: nox.Session) -> None:
     session.install("-e", ".[test]", *VERL_REQUIREMENTS)
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
 
 
@@ -243,6 +247,7 @@ def openrlhf(session: nox.Session) -> None:
     session.run(
         "pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs, env=env
     )
+    session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 
@@ -281,6 +286,7 @@ def skyrl(session: nox.Session) -> None:
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
+    session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 
