@@ -28,6 +28,7 @@ from gmpo_plugins.adapters import verl_plugin
 from gmpo_plugins.adapters.verl import registration
 from gmpo_plugins.adapters.verl.policy_loss import MARKER
 
+from ..broken_plugins import distribution, pythonpath_with, with_collider
 from ..registry_names import builtin_losses
 
 PROBE_ENTRY_POINT = "gmpo_probe"
@@ -41,22 +42,6 @@ try:
 except Exception as error:
     print(json.dumps({"type": type(error).__name__, "message": str(error)}))
 """
-COLLIDER = '''
-"""A plugin that claims the built-in name "gmpo"."""
-from gmpo_plugins.plugin import LossSpec, hookimpl
-
-@hookimpl
-def gmpo_plugins_losses():
-    return [LossSpec(name="gmpo", fn=lambda inputs, batch: None, description="collides")]
-'''
-
-
-def distribution(site: Path, name: str, entry_points: str) -> None:
-    """A minimal installed distribution ``name`` 0.0 in ``site`` with ``entry_points``."""
-    info = site / f"{name.replace('-', '_')}-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text(entry_points)
 
 
 @pytest.fixture
@@ -64,12 +49,6 @@ def site(tmp_path):
     """A site folder declaring the probe's verl.plugins entry point (this package's)."""
     distribution(tmp_path, "gmpo-probe", f"[verl.plugins]\n{PROBE_ENTRY_POINT} = gmpo_plugins.adapters.verl_plugin\n")
     return tmp_path
-
-
-def with_collider(site: Path) -> Path:
-    (site / "gmpo_collider.py").write_text(COLLIDER)
-    distribution(site, "gmpo-collider", "[gmpo_plugins]\ncollider = gmpo_collider\n")
-    return site
 
 
 def with_broken_adapter(site: Path) -> Path:
@@ -82,7 +61,7 @@ def with_broken_adapter(site: Path) -> Path:
 
 def probe_env(site: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("VERL_USE_EXTERNAL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = pythonpath_with(site)
     env["VERL_USE_EXTERNAL_PLUGINS"] = PROBE_ENTRY_POINT
     return env
 
