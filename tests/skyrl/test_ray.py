@@ -88,6 +88,8 @@ def test_ray_worker_with_a_broken_registry_fails_naming_it(registered, tmp_path)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert pid != os.getpid()
     assert kind == "PluginLoadError"
-    assert message.startswith("gmpo_plugins: SkyRL policy_loss_type 'gmpo' comes from the package gmpo-plugins")
+    assert message.startswith(
+        "gmpo_plugins: SkyRL policy_loss_type 'gmpo' comes from the package gmpo-plugins (registered by"
+    )
     assert "synced to this process through SkyRL's Ray registry actor" in message
     assert "LossNameCollisionError" in message and "gmpo-collider" in message

@@ -21,35 +21,21 @@ cloudpickle; the worker looks the loss up in its own gmpo_plugins registry).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import LossInputs
 
-PACKAGE = "gmpo-plugins"
-REGISTERED_BY = "gmpo_plugins.adapters.skyrl.register_losses, synced to this process through SkyRL's Ray registry actor"
-
-
-class PluginLoadError(RuntimeError):
-    """One of our losses was called in a process where the package's registry failed to load."""
-
-
-def load_failure_message(policy_loss_type: str, error: BaseException) -> str:
-    """The message of ``PluginLoadError`` for ``policy_loss_type`` and the original ``error``."""
-    return (
-        f"gmpo_plugins: SkyRL policy_loss_type {policy_loss_type!r} comes from the package {PACKAGE} "
-        f"({REGISTERED_BY}), whose loss registry failed to load in this process (pid {os.getpid()}): "
-        f"{type(error).__name__}: {error}. Fix it in this worker's environment (a conflicting gmpo_plugins "
-        f"plugin, a broken install: `pip install --force-reinstall {PACKAGE}`), then check with "
-        "`gmpo-plugins doctor`"
-    )
+REGISTERED_BY = (
+    "registered by gmpo_plugins.adapters.skyrl.register_losses, synced to this process through SkyRL's Ray "
+    "registry actor"
+)
 
 
 class SkyRLPolicyLoss:
@@ -74,7 +60,8 @@ class SkyRLPolicyLoss:
         try:
             spec = get_loss(self.loss)
         except Exception as error:  # a worker whose registry cannot load: say so, not "unknown loss"
-            raise PluginLoadError(load_failure_message(self.policy_loss_type, error)) from error
+            setting = f"SkyRL policy_loss_type {self.policy_loss_type!r}"
+            raise PluginLoadError(load_failure_message(setting, REGISTERED_BY, error)) from error
         hparams = hparams_from_config(spec, config, self.policy_loss_type)
         if loss_mask is None:  # SkyRL's own losses then sum every position
             loss_mask = torch.ones_like(log_probs, dtype=torch.bool)
