@@ -88,6 +88,7 @@ def core(session: nox.Session) -> None:
     session.install("-e", ".[test,report]")
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", "tests/scripts", "tests/frameworks", *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     bench_json = f"{session.create_tmp()}/bench.json"
     session.run(
         "gmpo-plugins",
@@ -115,12 +116,15 @@ def kernels(session: nox.Session) -> None:
         "tests/core/test_kernels.py",
         "tests/core/test_compile.py",
         "tests/core/test_robustness.py",
+        "tests/core/test_triton_verify.py",
+        "tests/core/test_zero_advantage.py",
         "-k",
         "triton",
         *WARNINGS_REPORTED,
         *session.posargs,
         env={"TRITON_INTERPRET": "1"},
     )
+    session.run("gmpo-plugins", "doctor", env={"TRITON_INTERPRET": "1"})
 
 
 @session
@@ -130,6 +134,7 @@ def trl(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("-e", ".[test]", "trl==1.16.0")
     session.run("pytest", "tests/trl", *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
 
 
@@ -142,6 +147,7 @@ def verl(session: nox.Session) -> None:
     session.install("-e", ".[test]", *VERL_REQUIREMENTS)
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
+    session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
 
 
@@ -244,6 +250,7 @@ def openrlhf(session: nox.Session) -> None:
     session.run(
         "pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs, env=env
     )
+    session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 
@@ -285,6 +292,7 @@ def skyrl(session: nox.Session) -> None:
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
+    session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
 
 

@@ -9,7 +9,8 @@
 #   2. test dependencies (scripts/gpu-check-requirements.txt): used as installed when they all
 #      import, else installed offline from the wheel folder (default ./wheels) into a
 #      temporary directory put on PYTHONPATH (nothing is installed into the machine's python)
-#   3. the CUDA tests: Triton kernels compiled for the GPU (TRITON_INTERPRET unset), every
+#   3. the CUDA tests: Triton kernels compiled for the GPU (TRITON_INTERPRET unset) and their
+#      self-check against the torch backend (what impl="auto" runs first), every
 #      loss on CUDA against the eager oracle, the no-sync test under
 #      torch.cuda.set_sync_debug_mode("error") in bf16, torch.compile with the Triton custom
 #      operators and inductor; a test that needs what this torch/triton lacks skips with its
@@ -40,7 +41,7 @@ LIMIT_ENV=30
 LIMIT_DEPS=30
 LIMIT_TESTS=160
 LIMIT_BENCH=75
-TEST_FILES=(tests/core/test_kernels.py tests/core/test_no_sync.py tests/core/test_compile.py)
+TEST_FILES=(tests/core/test_kernels.py tests/core/test_triton_verify.py tests/core/test_no_sync.py tests/core/test_compile.py)
 TEST_SELECTION="cuda or triton"
 BENCH_ARGS=(bench --device cuda --repeats 20)
 

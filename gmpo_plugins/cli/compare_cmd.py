@@ -1,9 +1,9 @@
 """``gmpo-plugins compare``: short RL runs of several losses through several frameworks'
 loss call paths, over several seeds, on identical data; a terminal summary and a report folder.
 
-    gmpo-plugins compare [--losses gmpo,grpo] [--frameworks core[,verl,openrlhf,trl]] [--task repeat|reverse]
-                         [--seeds N|a-b] [--steps N] [--eval-every K] [--model PATH] [--device cpu|cuda]
-                         [--out DIR] [--force]
+    gmpo-plugins compare [--losses gmpo,grpo_clip_wider,grpo] [--frameworks core[,verl,openrlhf,trl]]
+                         [--task repeat|reverse] [--seeds N|a-b] [--steps N] [--eval-every K]
+                         [--model PATH] [--device cpu|cuda] [--out DIR] [--force]
 
 Every (framework, loss, seed) is run. Per seed the default model (a tiny GPT-2 built from a
 config) is initialised from the seed and warmed up once, then every loss of every
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # compare needs the [compare] extra: imported when the comman
     from gmpo_plugins.compare.experiment.trainer import RLConfig
 
 DEFAULT_OUT = "gmpo-report"
+DEFAULT_LOSSES = "gmpo,grpo_clip_wider,grpo"
 DEFAULT_SEEDS = 8
 MAX_SEED = 2**31 - 1
 MAX_SEED_COUNT = 1000
@@ -47,7 +48,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run losses side by side through frameworks' loss paths on a toy RL task, over several seeds",
         description=__doc__.split("\n\n")[0].replace("``", ""),
     )
-    parser.add_argument("--losses", default="gmpo,grpo", help="comma-separated registry losses (default gmpo,grpo)")
+    parser.add_argument(
+        "--losses",
+        default=DEFAULT_LOSSES,
+        help="comma-separated registry losses, or grpo_clip_wider (grpo at GMPO's ratio band e^+-0.4); "
+        f"default {DEFAULT_LOSSES}",
+    )
     parser.add_argument(
         "--frameworks", default="core", help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default core)"
     )
@@ -151,6 +157,7 @@ def check_support(losses: list[str], frameworks: list[str]) -> tuple[dict[str, R
     """(runners, in-process backends); BackendError when a framework cannot run a loss.
     Out-of-process frameworks are asked in their own interpreter."""
     from gmpo_plugins.compare.backends import base
+    from gmpo_plugins.compare.experiment.settings import registry_name
 
     runners: dict[str, Runner] = {}
     in_process: dict[str, LossBackend] = {}
@@ -158,9 +165,10 @@ def check_support(losses: list[str], frameworks: list[str]) -> tuple[dict[str, R
         runners[name] = base.resolve_runner(name)
         if runners[name].in_process:
             in_process[name] = base.load_backend(name)
-            unsupported = [loss for loss in losses if not in_process[name].supports(loss)]
+            unsupported = [loss for loss in losses if not in_process[name].supports(registry_name(loss))]
         else:
-            unsupported = base.check_in_subprocess(runners[name], losses)
+            asked = list(dict.fromkeys(registry_name(loss) for loss in losses))
+            unsupported = base.check_in_subprocess(runners[name], asked)
         if unsupported:
             raise base.BackendError(f"framework {name!r} does not support loss(es) {unsupported}")
     return runners, in_process
@@ -170,6 +178,7 @@ def check_options(args: argparse.Namespace) -> tuple[list[int], Task, list[str]]
     """(seeds, task, losses): the options that need no optional dependency, checked before
     ``import_compare``, so that a bad value is reported even where transformers is missing;
     UsageError on the first bad one."""
+    from gmpo_plugins.compare.experiment.settings import registry_name
     from gmpo_plugins.compare.experiment.task import make_task
     from gmpo_plugins.core.registry import UnknownLossError, get_loss
 
@@ -187,7 +196,7 @@ def check_options(args: argparse.Namespace) -> tuple[list[int], Task, list[str]]
     losses = split_names(args.losses, "--losses")
     for name in losses:
         try:
-            get_loss(name)
+            get_loss(registry_name(name))
         except UnknownLossError as exc:
             raise UsageError(f"--losses: {exc}") from None
     return seeds, task, losses

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gmpo_plugins.cli import bench_cmd, compare_cmd, frameworks_cmd, list_cmd, parity_cmd
+from gmpo_plugins.cli import bench_cmd, compare_cmd, doctor_cmd, frameworks_cmd, list_cmd, parity_cmd
 from gmpo_plugins.cli.errors import OneLineArgumentParser, UsageError
 from gmpo_plugins.core.registry import LossNameCollisionError
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="gmpo-plugins", description="GMPO-family policy losses for LLM RL.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     list_cmd.add_parser(commands)
+    doctor_cmd.add_parser(commands)
     bench_cmd.add_parser(commands)
     compare_cmd.add_parser(commands)
     parity_cmd.add_parser(commands)

@@ -17,7 +17,7 @@ def one_sided_clip(
 
         out = min(values, eps_high)   where positive
               max(values, -eps_low)   where negative
-              values                  elsewhere
+              values                  elsewhere (A = 0, padding: neither side)
 
     All tensors share one shape ((B,) or (B, T)); returns (out, chosen-low mask,
     chosen-high mask). A value replaced by its bound gets zero gradient.

@@ -51,6 +51,8 @@ BAD_INVOCATIONS = [
     (["compare", "--seeds", "x"], "--seeds"),
     (["compare", "--seeds", "5-2"], "--seeds"),
     (["compare", "--seed", "1", "--seeds", "2"], "--seed"),
+    (["doctor", "--json=yes"], "--json"),
+    (["doctor", "extra"], "extra"),
     (["frameworks"], "SPEC"),
     (["frameworks", "examples/frameworks/tiny.toml", "--frameworks", "megatron"], "--frameworks"),
     (["frameworks", "examples/frameworks/tiny.toml", "--timeout", "0"], "--timeout"),

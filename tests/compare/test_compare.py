@@ -19,7 +19,9 @@ def test_report_has_every_file(two_step_report):
     for name in FILES[2:]:
         assert (two_step_report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (two_step_report / "report.md").read_text()
-    assert "| core | gmpo | 1 |" in text and "| core | grpo | 1 |" in text
+    for loss in ("gmpo", "grpo_clip_wider", "grpo"):  # the default --losses
+        assert f"| core | {loss} | 1 |" in text
+    assert "| core | grpo_clip_wider: GRPO, ratio clip e^-0.4..e^0.4" in text  # the claims' first comparator
     assert "![" in text and "How to read it" in text and "Machine: " in text
     for section in ("## Paired differences", "## The paper's claims", "## Ablation table", "Student t"):
         assert section in text
@@ -28,13 +30,12 @@ def test_report_has_every_file(two_step_report):
 
 def test_metrics_are_finite_and_complete(two_step_report):
     records = read_records(two_step_report)
-    assert [(r["loss_name"], r["step"]) for r in records] == [("gmpo", s) for s in range(3)] + [
-        ("grpo", s) for s in range(3)
-    ]
+    losses = ("gmpo", "grpo_clip_wider", "grpo")
+    assert [(r["loss_name"], r["step"]) for r in records] == [(loss, s) for loss in losses for s in range(3)]
     # held-out evaluation before the first step and at the last one
     evaluated = [r for r in records if "heldout_greedy" in r]
-    assert [(r["loss_name"], r["step"]) for r in evaluated] == [("gmpo", 0), ("gmpo", 2), ("grpo", 0), ("grpo", 2)]
-    assert evaluated[0]["heldout_greedy"] == evaluated[2]["heldout_greedy"]  # same model at step 0
+    assert [(r["loss_name"], r["step"]) for r in evaluated] == [(loss, s) for loss in losses for s in (0, 2)]
+    assert evaluated[0]["heldout_greedy"] == evaluated[2]["heldout_greedy"] == evaluated[4]["heldout_greedy"]
     for r in evaluated:
         assert 0.0 <= r["heldout_greedy"] <= 1.0 and 0.0 <= r["heldout_pass"] <= 1.0
     records = [r for r in records if r["step"] > 0]
@@ -70,7 +71,9 @@ def test_gmpo_and_grpo_see_identical_first_rollouts(two_step_report):
     first = {r["loss_name"]: r for r in records if r["step"] == 1}
     # the default task's response lengths vary within groups and between groups
     assert first["gmpo"]["group_len_range"] >= 1.0 and first["gmpo"]["group_len_spread"] >= 1.0
-    assert first["gmpo"]["rollout_digest"] == first["grpo"]["rollout_digest"]
+    assert (
+        first["gmpo"]["rollout_digest"] == first["grpo"]["rollout_digest"] == first["grpo_clip_wider"]["rollout_digest"]
+    )
     for key in ("reward", "entropy", "mixed_groups", "response_len"):
         assert first["gmpo"][key] == first["grpo"][key]
     # the losses differ, so the updates (and the next rollouts) do

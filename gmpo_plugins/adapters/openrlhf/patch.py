@@ -34,12 +34,13 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import value_checks_enabled
-from gmpo_plugins.adapters.openrlhf.options import LossPlan, batch_info, plan_loss
+from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
+from gmpo_plugins.adapters.openrlhf.options import LossPlan, OpenRLHFConfigError, batch_info, plan_loss
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.types import LossInputs
 
 MARKER = "__gmpo_plugins_patched__"
+PATCHED_BY = "PolicyLoss patched by gmpo_plugins.adapters.openrlhf.install() or its Ray worker setup hook"
 PLAN = "_gmpo_plugins_plan"
 INIT_PARAMETERS = (
     "self",
@@ -115,14 +116,20 @@ def patch_policy_loss(module: ModuleType) -> None:
     @functools.wraps(original_init)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
-        self.__dict__[PLAN] = plan_loss(
-            self.policy_loss_type,
-            clip_eps_low=self.clip_eps_low,
-            clip_eps_high=self.clip_eps_high,
-            dual_clip=self.dual_clip,
-            token_level_loss=self.token_level_loss,
-            is_correction_level=self.is_correction_level,
-        )
+        try:
+            self.__dict__[PLAN] = plan_loss(
+                self.policy_loss_type,
+                clip_eps_low=self.clip_eps_low,
+                clip_eps_high=self.clip_eps_high,
+                dual_clip=self.dual_clip,
+                token_level_loss=self.token_level_loss,
+                is_correction_level=self.is_correction_level,
+            )
+        except OpenRLHFConfigError:
+            raise
+        except Exception as error:  # the registry cannot load here: say so, not "invalid policy loss type"
+            setting = f"OpenRLHF --actor.policy_loss_type {self.policy_loss_type}"
+            raise PluginLoadError(load_failure_message(setting, PATCHED_BY, error)) from error
 
     @functools.wraps(original_forward)
     def forward(self, *args: Any, **kwargs: Any):

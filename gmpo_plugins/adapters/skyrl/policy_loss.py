@@ -25,12 +25,17 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import LossInputs
+
+REGISTERED_BY = (
+    "registered by gmpo_plugins.adapters.skyrl.register_losses, synced to this process through SkyRL's Ray "
+    "registry actor"
+)
 
 
 class SkyRLPolicyLoss:
@@ -52,7 +57,11 @@ class SkyRLPolicyLoss:
         loss_mask: torch.Tensor | None = None,
         rollout_logprobs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        spec = get_loss(self.loss)
+        try:
+            spec = get_loss(self.loss)
+        except Exception as error:  # a worker whose registry cannot load: say so, not "unknown loss"
+            setting = f"SkyRL policy_loss_type {self.policy_loss_type!r}"
+            raise PluginLoadError(load_failure_message(setting, REGISTERED_BY, error)) from error
         hparams = hparams_from_config(spec, config, self.policy_loss_type)
         if loss_mask is None:  # SkyRL's own losses then sum every position
             loss_mask = torch.ones_like(log_probs, dtype=torch.bool)

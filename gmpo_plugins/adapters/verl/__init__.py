@@ -3,8 +3,9 @@ r"""verl integration: every registry loss as a verl ``policy_loss.loss_mode``.
 Importing this package registers the losses into verl's ``POLICY_LOSS_REGISTRY``
 (``registration``). verl imports it in every process that imports verl, through the
 entry point ``[project.entry-points."verl.plugins"] gmpo_plugins =
-"gmpo_plugins.adapters.verl"``; verl only imports entry points (it never calls them), so
-registration is a side effect of the import. Users who disable plugin autoloading
+"gmpo_plugins.adapters.verl_plugin"`` (which imports this package, and makes a failure to
+do so loud); verl only imports entry points (it never calls them), so registration is a
+side effect of the import. Users who disable plugin autoloading
 (``VERL_USE_EXTERNAL_PLUGINS=none``) load it with
 ``actor_rollout_ref.model.external_lib=gmpo_plugins.adapters.verl`` or
 ``VERL_USE_EXTERNAL_MODULES=gmpo_plugins.adapters.verl``; repeated imports are harmless.

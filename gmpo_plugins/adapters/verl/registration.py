@@ -25,6 +25,8 @@ from gmpo_plugins.core.registry import list_losses
 logger = logging.getLogger(__name__)
 
 PREFIX = "gmpo_plugins."
+STAND_IN = "__gmpo_plugins_unavailable__"
+"""``verl_plugin.STAND_IN`` (not imported: importing the entry point module imports this one)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,12 @@ def is_ours(fn: Callable) -> bool:
     return getattr(fn, MARKER, None) is not None
 
 
+def replaceable(fn: Callable) -> bool:
+    """True for our loss, or for the stand-in ``verl_plugin`` registers when the adapter
+    failed to load (``verl_plugin.STAND_IN``)."""
+    return is_ours(fn) or hasattr(fn, STAND_IN)
+
+
 def register_losses(registry: MutableMapping[str, Callable] | None = None) -> list[VerlName]:
     """Register all registry losses into ``registry`` (default: verl's POLICY_LOSS_REGISTRY)
     under the names of the module docstring; returns how each loss was named."""
@@ -60,12 +68,12 @@ def register_losses(registry: MutableMapping[str, Callable] | None = None) -> li
     for spec in list_losses():
         prefixed = PREFIX + spec.name
         current = registry.get(prefixed)
-        if current is None or is_ours(current):
+        if current is None or replaceable(current):
             registry[prefixed] = make_policy_loss(spec, prefixed)
         else:
             logger.warning("gmpo_plugins: verl loss_mode %r is taken by %s; not replaced", prefixed, _owner(current))
         current = registry.get(spec.name)
-        if current is None or is_ours(current):
+        if current is None or replaceable(current):
             registry[spec.name] = make_policy_loss(spec, spec.name)
             names.append(VerlName(spec.name, prefixed, spec.name, None))
         else:

@@ -43,8 +43,8 @@ from gmpo_plugins.compare.backends.base import LossBackend, PolicyLossCall
 from gmpo_plugins.compare.experiment.evaluate import evaluate_held_out
 from gmpo_plugins.compare.experiment.model import response_logits
 from gmpo_plugins.compare.experiment.rollout import collect_rollout
+from gmpo_plugins.compare.experiment.settings import resolve_loss
 from gmpo_plugins.compare.experiment.task import Task
-from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo
 
 TIMING_KEYS = ("elapsed_s",)
@@ -138,7 +138,7 @@ def train(
     framework: str | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Run ``config.steps`` RL steps from a copy of ``initial_model``; yield one record per step."""
-    hparams = get_loss(loss_name).resolve({})
+    registry_loss, hparams = resolve_loss(loss_name)  # a registry loss, or a named setting of one
     reference = initial_model.to(device).eval()
     policy = copy.deepcopy(reference)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
@@ -185,7 +185,7 @@ def train(
                         old_log_probs=old_log_probs[index],
                         advantages=rollout.advantages[index],
                         mask=mask[index],
-                        loss_name=loss_name,
+                        loss_name=registry_loss,
                         hparams=hparams,
                         batch_info=BatchInfo(
                             dp_size=1, global_batch_size=int(index.numel()), global_num_tokens=int(mask[index].sum())

@@ -1,8 +1,15 @@
 """The GMPO paper's claims checked on a compare run, paired differences between losses, and
 the paper's ablation table (Table 3) next to the toy's.
 
-Claims (arXiv 2507.20673), each as a paired difference gmpo - grpo over seeds (same
-framework, same seed: same initial model and first rollout) with the sign the paper claims:
+Claims (arXiv 2507.20673), each as a paired difference gmpo - comparator over seeds (same
+framework, same seed: same initial model and first rollout) with the sign the paper claims.
+Comparators (``COMPARATORS``), each that ran gets its own rows:
+
+    grpo_clip_wider   GRPO with its ratio clipped to GMPO's band (e^-0.4, e^0.4): the paper's
+                      comparison (Figure 1; the authors' ``grpo_clip_wider``)
+    grpo              GRPO at its standard clip 0.8..1.2 (a narrower per-token band than GMPO's)
+
+Claims:
 
     narrower ratio range   ratio_width (1-99% token log-ratio width)   claimed sign -1
     narrower ratio range   max_abs_log_ratio (max |log ratio|)         claimed sign -1
@@ -31,6 +38,10 @@ CLAIMS = (
     ("higher entropy", "entropy", "entropy per token, last 5 steps", +1),
     ("lower KL to the initial policy", "kl_init", "KL(policy || initial) per token, last 5 steps", -1),
     ("no late collapse", "heldout_drop", "drop of held-out greedy accuracy from its best", -1),
+)
+COMPARATORS = (
+    ("grpo_clip_wider", "GRPO, ratio clip e^-0.4..e^0.4 (GMPO's band; the paper's comparison)"),
+    ("grpo", "GRPO, standard ratio clip 0.8..1.2"),
 )
 PAIRED_METRICS = (
     ("heldout_greedy", "held-out greedy exact match (final)"),
@@ -79,14 +90,21 @@ def _paired(
 
 
 def claim_rows(runs: dict[tuple[str, str], dict[int, dict[str, float | None]]]) -> list[Comparison]:
-    """One row per claim and framework that ran both gmpo and grpo."""
+    """One row per framework, comparator (``COMPARATORS``, in that order) and claim, where
+    the framework ran both gmpo and that comparator."""
     rows = []
     for framework in dict.fromkeys(f for f, _ in runs):
-        for claim, metric, _, sign in CLAIMS:
-            difference = _paired(runs, framework, "gmpo", "grpo", metric)
-            if difference is not None:
-                rows.append(Comparison(framework, "gmpo", "grpo", metric, claim, difference, sign))
+        for comparator, _ in COMPARATORS:
+            for claim, metric, _, sign in CLAIMS:
+                difference = _paired(runs, framework, "gmpo", comparator, metric)
+                if difference is not None:
+                    rows.append(Comparison(framework, "gmpo", comparator, metric, claim, difference, sign))
     return rows
+
+
+def comparator_label(loss: str) -> str:
+    """What a claim row's comparator is (``COMPARATORS``), or the loss name."""
+    return dict(COMPARATORS).get(loss, loss)
 
 
 def paired_rows(runs: dict[tuple[str, str], dict[int, dict[str, float | None]]], losses: list[str]) -> list[Comparison]:
@@ -110,6 +128,7 @@ def claim_summary(row: Comparison) -> dict[str, Any]:
     """A claim row as plain values (for tests and JSON)."""
     return {
         "framework": row.framework,
+        "comparator": row.b,
         "claim": row.label,
         "metric": row.metric,
         "difference": row.difference.estimate.mean,

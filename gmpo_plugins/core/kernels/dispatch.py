@@ -1,7 +1,10 @@
 """Which backend computes ``clipped_row_sums``.
 
-    impl="auto"    Triton on CUDA tensors of float16/bfloat16/float32 when triton imports,
-                   the torch backend otherwise (CPU, float64, no triton)
+    impl="auto"    Triton on CUDA tensors of float16/bfloat16/float32 when triton imports
+                   and its kernels passed the check against the torch backend on that
+                   device (``verify``: once per process and device, one warning and the
+                   torch backend if they disagree); the torch backend otherwise (CPU,
+                   float64, no triton)
     impl="torch"   the blocked torch backend, any device
     impl="triton"  the Triton kernels; CUDA, or CPU under TRITON_INTERPRET=1 (tests)
 
@@ -17,6 +20,7 @@ from typing import get_args
 
 import torch
 
+from gmpo_plugins.core.kernels.verify import triton_trusted
 from gmpo_plugins.core.types import Impl
 
 IMPLS: tuple[Impl, ...] = get_args(Impl)
@@ -25,6 +29,9 @@ SEQUENCE_IMPLS: tuple[Impl, ...] = IMPLS
 TOKEN_IMPLS: tuple[Impl, ...] = ("auto", "eager", "torch")
 """The paths of the token-level built-in losses: no Triton kernel."""
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+AUTO_TRITON_DEVICES = ("cuda",)
+"""Device types on which ``impl="auto"`` considers Triton (tests add "cpu" under the
+interpreter to run the automatic choice, self-check included, on CPU)."""
 
 
 _TRITON_IMPORTABLE: dict[str, bool] = {}
@@ -51,6 +58,13 @@ def _import_triton() -> bool:
     return True
 
 
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
+def _triton_trusted_on(device: str) -> bool:
+    """``verify.triton_trusted``, kept as a constant by ``torch.compile`` (the check runs
+    once, eagerly, when the first graph for ``device`` is traced)."""
+    return triton_trusted(device)
+
+
 def triton_interpreter() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -66,7 +80,12 @@ def select_backend(impl: Impl, tensor: torch.Tensor) -> ModuleType:
     """The module (``rowsum_torch`` or ``rowsum_triton``) that runs ``impl`` on ``tensor``."""
     check_impl(impl)
     if impl == "auto":
-        use_triton = tensor.is_cuda and tensor.dtype in TRITON_DTYPES and triton_importable()
+        use_triton = (
+            tensor.device.type in AUTO_TRITON_DEVICES
+            and tensor.dtype in TRITON_DTYPES
+            and triton_importable()
+            and _triton_trusted_on(str(tensor.device))
+        )
     else:
         use_triton = impl == "triton"
     if not use_triton:

@@ -5,9 +5,16 @@ For sequence i with valid tokens t (|o_i| of them) and sequence advantage A_i:
     r_t = clamp(log pi_theta - log pi_old, -R, R)       R = log_ratio_bound (overflow guard)
     l_t = min(r_t, eps_high)  if A_i > 0                one-sided log-space clip, per token
           max(r_t, -eps_low)  if A_i < 0
+          r_t                 if A_i = 0                (no side: L_i's policy term is 0)
     s_i = sum_t l_t / |o_i|                             geometric mean in log space
     w_i = exp(s_i)
     L_i = -A_i * w_i * rho_i + beta * mean_t KL_t       rho_i: rollout IS weight of the sequence
+
+Zero advantage: a sequence with A_i = 0 is clipped on neither side and counts in neither
+clip fraction. The authors' code takes the positive branch there (``sgn = -1 if A >= 0``,
+min(r_t, eps_high)) and TRL's GMPOTrainer the negative one (``A > 0`` else max); for every
+variant L_i's policy term is -0 * w_i = 0 and its tokens get zero policy gradient under all
+three conventions (w_i is finite: see the guards below), so only the clip counts differ.
 
 A clipped token gets zero gradient; every other valid token of sequence i gets
 ``dL_i/dlog_prob_t = -A_i * w_i * rho_i / |o_i|``. The micro-batch loss is

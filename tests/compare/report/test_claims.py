@@ -2,7 +2,7 @@
 
 import pytest
 
-from gmpo_plugins.compare.report.claims import CLAIMS, claim_rows, claim_summary, paired_rows, paper_value
+from gmpo_plugins.compare.report.claims import CLAIMS, COMPARATORS, claim_rows, claim_summary, paired_rows, paper_value
 from gmpo_plugins.compare.report.summary import METRICS, over_seeds, summarise_run
 
 
@@ -90,3 +90,20 @@ def test_paper_numbers():
     assert paper_value("gmpo") == ("GMPO (token-level clip)", 52.7)
     assert paper_value("gmpo_nonorm")[1] == 52.0 and paper_value("grpo")[1] == 51.2
     assert paper_value("gspo") == ("gspo", None)
+
+
+def test_claims_are_made_against_each_comparator_that_ran_wide_clip_first():
+    # ratio_width per seed: gmpo [1.0, 1.2, 1.1], grpo_clip_wider [1.5, 1.6, 1.55], grpo
+    # [0.8, 0.9, 0.85]. Against the wide clip d = [-0.5, -0.4, -0.45]: mean -0.45, sd 0.05,
+    # half-width 4.303 * 0.05 / sqrt(3) = 0.124, all below 0: supported; against the standard
+    # clip d = [0.2, 0.3, 0.25] > 0: contradicted (the narrower band is GRPO's there)
+    runs = runs_of(gmpo={"ratio_width": [1.0, 1.2, 1.1]}, grpo={"ratio_width": [0.8, 0.9, 0.85]})
+    wide = runs_of(gmpo={"ratio_width": [1.0, 1.2, 1.1]}, grpo={"ratio_width": [1.5, 1.6, 1.55]})[("core", "grpo")]
+    runs[("core", "grpo_clip_wider")] = wide
+    rows = [claim_summary(row) for row in claim_rows(runs) if row.metric == "ratio_width"]
+    assert [(row["comparator"], row["verdict"]) for row in rows] == [
+        ("grpo_clip_wider", "supported"),
+        ("grpo", "contradicted"),
+    ]
+    assert rows[0]["difference"] == pytest.approx(-0.45) and rows[1]["difference"] == pytest.approx(0.25)
+    assert [c for c, _ in COMPARATORS] == ["grpo_clip_wider", "grpo"]

@@ -1,0 +1,148 @@
+"""Whether each installed framework sees the registry losses through its own mechanism.
+
+``gmpo-plugins doctor`` runs one check per framework; a framework that is not installed is
+reported as such and is no failure. Each check goes through the path a training run takes:
+
+    verl      ``import verl`` (which imports the ``verl.plugins`` entry points, this
+              package's adapter among them), then verl's ``get_policy_loss_fn`` for
+              ``gmpo_plugins.<name>`` of every registry loss must return our function
+    OpenRLHF  ``install()`` (what ``gmpo-openrlhf`` and ``runtime_env`` workers run), then
+              ``openrlhf.models.loss.PolicyLoss`` must carry the patch and, for every registry
+              loss, build with ``policy_loss_type=gmpo_plugins.<name>`` running it (or refuse
+              both --actor.loss_agg_mode values with our OpenRLHFConfigError, as dr_grpo does)
+    SkyRL     ``register_losses()``, then SkyRL's ``PolicyLossRegistry.get`` for
+              ``gmpo_plugins.<name>`` must return our loss
+    TRL       ``RegistryGRPOTrainer`` imports (it imports trl) and subclasses trl's
+              ``GRPOTrainer``
+
+A check that raises is a failure whose detail is the exception, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gmpo_plugins.core.registry import list_losses
+
+PREFIX = "gmpo_plugins."
+
+
+@dataclass(frozen=True)
+class FrameworkCheck:
+    """One framework's line of the doctor's report. ``ok`` is None when the framework is
+    not installed (nothing to check), else whether it sees every registry loss."""
+
+    framework: str
+    distribution: str
+    version: str | None
+    ok: bool | None
+    detail: str
+
+
+def _names() -> list[str]:
+    return [spec.name for spec in list_losses()]
+
+
+def _verl() -> str:
+    import verl  # noqa: F401 - importing verl loads the verl.plugins entry points
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    from gmpo_plugins.adapters.verl.registration import is_ours
+
+    missing = []
+    for name in _names():
+        try:
+            fn = get_policy_loss_fn(PREFIX + name)
+        except (KeyError, ValueError, NotImplementedError):
+            fn = None
+        if fn is None or not is_ours(fn):
+            missing.append(PREFIX + name)
+    if missing:
+        raise LookupError(f"after `import verl`, get_policy_loss_fn does not give our loss for {missing}")
+    return f"get_policy_loss_fn resolves {len(_names())} losses after `import verl` (verl.plugins entry point)"
+
+
+def _openrlhf() -> str:
+    from gmpo_plugins.adapters.openrlhf import OpenRLHFConfigError, install
+    from gmpo_plugins.adapters.openrlhf.patch import PLAN, is_patched
+
+    install()
+    import openrlhf.models.loss as loss_module
+
+    if not is_patched(loss_module.PolicyLoss):
+        raise LookupError("openrlhf.models.loss.PolicyLoss is not patched after install()")
+    refused = []
+    for name in _names():
+        plan = None
+        for token_level_loss in (False, True):  # --actor.loss_agg_mode seq-mean-token-mean, token-mean
+            try:
+                policy_loss = loss_module.PolicyLoss(
+                    0.4, 0.4, policy_loss_type=PREFIX + name, token_level_loss=token_level_loss
+                )
+            except OpenRLHFConfigError:  # our refusal of that mode: the registry path is active
+                continue
+            plan = policy_loss.__dict__.get(PLAN)
+            if plan is None:
+                raise LookupError(f"PolicyLoss(policy_loss_type={PREFIX + name!r}) does not run the registry loss")
+            break
+        if plan is None:
+            refused.append(PREFIX + name)
+    built = len(_names()) - len(refused)
+    return f"PolicyLoss patched; builds {built} losses" + (f", refuses {refused} by design" if refused else "")
+
+
+def _skyrl() -> str:
+    from gmpo_plugins.adapters.skyrl.registration import is_ours, register_losses, skyrl_policy_loss_registry
+
+    register_losses()
+    registry = skyrl_policy_loss_registry()
+    missing = [PREFIX + name for name in _names() if not is_ours(registry.get(PREFIX + name))]
+    if missing:
+        raise LookupError(f"PolicyLossRegistry.get does not give our loss for {missing}")
+    return f"PolicyLossRegistry resolves {len(_names())} losses after register_losses()"
+
+
+def _trl() -> str:
+    from trl import GRPOTrainer
+
+    from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
+
+    if not issubclass(RegistryGRPOTrainer, GRPOTrainer):
+        raise LookupError("RegistryGRPOTrainer is not a trl.GRPOTrainer")
+    return f"RegistryGRPOTrainer(loss=...) takes any of {len(_names())} losses"
+
+
+FRAMEWORKS: tuple[tuple[str, str, Callable[[], str]], ...] = (
+    ("verl", "verl", _verl),
+    ("OpenRLHF", "openrlhf", _openrlhf),
+    ("SkyRL", "skyrl", _skyrl),
+    ("TRL", "trl", _trl),
+)
+"""(framework, distribution name, check) per framework."""
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def framework_checks() -> list[FrameworkCheck]:
+    """One ``FrameworkCheck`` per framework of ``FRAMEWORKS``, in that order."""
+    checks = []
+    for framework, distribution, check in FRAMEWORKS:
+        version = installed_version(distribution)
+        if version is None:
+            checks.append(FrameworkCheck(framework, distribution, None, None, "not installed"))
+            continue
+        try:
+            detail = check()
+        except Exception as error:  # noqa: BLE001 - any failure is reported, named, and fails the doctor
+            checks.append(FrameworkCheck(framework, distribution, version, False, f"{type(error).__name__}: {error}"))
+        else:
+            checks.append(FrameworkCheck(framework, distribution, version, True, detail))
+    return checks

@@ -1,0 +1,75 @@
+"""``gmpo-plugins doctor``: is this environment ready to train with the registry losses?
+
+Reports the versions (python, torch, CUDA, triton, each framework), whether each installed
+framework sees the losses through its own mechanism (``adapters.visibility``), which
+backend ``impl="auto"`` uses per device and dtype, and a numeric self-check of every loss
+and impl against its eager oracle (``bench.selfcheck``). Exit status 0 when every check
+passed, 1 otherwise; ``--json`` prints the same as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from gmpo_plugins import __version__
+from gmpo_plugins.adapters.visibility import framework_checks
+from gmpo_plugins.bench.selfcheck import environment, impl_choices, numeric_checks
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "doctor", help="check this environment: frameworks, backends, and every loss against its oracle"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(run=run)
+
+
+def report() -> dict[str, Any]:
+    """Every check of the module docstring; ``ok`` is False when any failed."""
+    frameworks = [asdict(check) for check in framework_checks()]
+    numeric = [asdict(check) for check in numeric_checks()]
+    ok = all(check["ok"] is not False for check in frameworks) and all(check["ok"] for check in numeric)
+    return {
+        "ok": ok,
+        "gmpo_plugins": __version__,
+        "environment": environment(),
+        "frameworks": frameworks,
+        "impl_auto": impl_choices(),
+        "numeric": numeric,
+    }
+
+
+def _mark(ok: bool | None) -> str:
+    return {True: "ok  ", False: "FAIL", None: "--  "}[ok]
+
+
+def _print_text(result: dict[str, Any]) -> None:
+    print(f"gmpo-plugins {result['gmpo_plugins']}")
+    for key, value in result["environment"].items():
+        print(f"  {key:<17} {value if value is not None else '-'}")
+    print("frameworks (each through its own mechanism):")
+    for check in result["frameworks"]:
+        version = check["version"] or "-"
+        print(f"  [{_mark(check['ok'])}] {check['framework']:<9} {version:<10} {check['detail']}")
+    print('impl="auto" uses:')
+    for device, row in result["impl_auto"].items():
+        print(f"  {device:<5} " + ", ".join(f"{dtype}: {backend}" for dtype, backend in row.items()))
+    numeric = result["numeric"]
+    failed = [check for check in numeric if not check["ok"]]
+    print(f"numeric self-check against the eager oracle: {len(numeric) - len(failed)} of {len(numeric)} passed")
+    for check in numeric:
+        if not check["ok"]:
+            print(f"  [FAIL] {check['loss']} impl={check['impl']} on {check['device']}: {check['detail']}")
+    print("all checks passed" if result["ok"] else "some checks FAILED")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = report()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_text(result)
+    return 0 if result["ok"] else 1
