@@ -124,8 +124,11 @@ def table(fixtures: dict, root: Path, losses: tuple) -> list[dict]:
 
 
 def heading() -> str:
-    """The table's header: one column per split other than the reference, "ranks x micro-batches per rank"."""
-    columns = [f"{ranks} x {micro_batches_per_rank(ranks, size)}" for ranks, size in SPLITS[1:]]
+    """The table's header: one column per split other than the reference (micro-batches per rank)."""
+    columns = [
+        f"{ranks} rank{'s' * (ranks > 1)} x {micro_batches_per_rank(ranks, size)} micro-batches"
+        for ranks, size in SPLITS[1:]
+    ]
     rule = "|---" * (len(columns) + 3) + "|"
     return "| loss | --actor.loss_agg_mode | " + " | ".join(columns) + " | s per run |\n" + rule
 
