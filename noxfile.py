@@ -323,7 +323,8 @@ def skyrl_e2e(session: nox.Session) -> None:
 def openrlhf_e2e(session: nox.Session) -> None:
     """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
     loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
-    engine): a 2-step run, micro-batch invariance, ZeRO 3, bad input, the GPU example's arguments.
+    engine): a 2-step run, fp32 invariance over micro-batches and 2 actor ranks against 1, ZeRO 3,
+    bad input, the GPU example's arguments.
 
     Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
     JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do

@@ -15,6 +15,21 @@ imported (a post-import hook), so a process that never imports it is untouched:
 ``openrlhf.trainer.ppo_utils.replay_buffer``
     ``NaiveReplayBuffer.__init__`` builds ``torch.device(f"cuda:{current_device()}")`` as the device
     that micro-batches are moved to; here that device is the CPU.
+``openrlhf.utils.utils`` (and the parser train_ppo_ray builds)
+    fp32 training. OpenRLHF offers ``--ds.param_dtype`` bf16 or fp16 only: cli/train_ppo_ray.py declares
+    it with ``choices=["bf16", "fp16"]`` and utils/utils.py ``convert_to_torch_dtype`` raises
+    ``ValueError("Invalid param_dtype")`` for anything else. Past those two lines nothing needs bf16: the
+    DeepSpeed configs of utils/deepspeed/deepspeed_utils.py enable DeepSpeed's ``bf16`` section only for
+    "bf16" and ``fp16`` only for "fp16", and DeepSpeed trains in fp32 when neither is enabled. Here
+    ``--ds.param_dtype`` also accepts ``fp32``, and ``convert_to_torch_dtype("fp32")`` is torch.float32,
+    so the models load, train and save in fp32 (bf16 and fp16 are unchanged). A parse with ``fp32`` sets
+    ``OPENRLHF_E2E_ENGINE_DTYPE=float32`` in the driver's environment, which the Ray workers inherit.
+``vllm`` (the stand-in of tests/openrlhf/shims; only with ``OPENRLHF_E2E_ENGINE_DTYPE`` set)
+    trainer/ray/vllm_engine.py asks every rollout engine for ``"dtype": "bfloat16"`` (hard-coded), and the
+    weight sync requires the actor's dtype to be the engine's (vllm_worker_wrap.py: ``assert dtype ==
+    self.model_config.dtype``, which the stand-in's sync keeps), so an fp32 actor cannot sync into it.
+    ``AsyncEngineArgs`` takes that dtype instead (the stand-in generates in fp32 either way, from the
+    same checkpoint, so the rollouts do not change).
 ``ray`` (only with ``OPENRLHF_E2E_RAY`` set: the driver)
     OpenRLHF's placement groups and actors ask for ``GPU`` resources, which a CPU node lacks (its
     ``ray.get(placement_group.ready())`` would wait forever). ``ray.init`` of a new local cluster gets
@@ -35,6 +50,7 @@ import os
 import sys
 
 _HOOKS = {}
+_ENGINE_DTYPE_ENV = "OPENRLHF_E2E_ENGINE_DTYPE"
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -99,6 +115,45 @@ def _patch_replay_buffer(module):
     module.NaiveReplayBuffer.__init__ = __init__
 
 
+def _patch_param_dtype(module):
+    import argparse
+
+    import torch
+
+    convert = module.convert_to_torch_dtype
+
+    @functools.wraps(convert)
+    def convert_to_torch_dtype(param_dtype):
+        return torch.float32 if param_dtype == "fp32" else convert(param_dtype)
+
+    module.convert_to_torch_dtype = convert_to_torch_dtype
+    parse_args = argparse.ArgumentParser.parse_args
+
+    @functools.wraps(parse_args)
+    def parse_args_with_fp32(self, args=None, namespace=None):
+        for action in self._actions:
+            if action.dest == "ds.param_dtype" and action.choices is not None and "fp32" not in action.choices:
+                action.choices = [*action.choices, "fp32"]
+        parsed = parse_args(self, args, namespace)
+        if getattr(parsed, "ds.param_dtype", None) == "fp32":
+            os.environ[_ENGINE_DTYPE_ENV] = "float32"
+        return parsed
+
+    argparse.ArgumentParser.parse_args = parse_args_with_fp32
+
+
+def _patch_engine_dtype(vllm):
+    engine_args = vllm.AsyncEngineArgs
+
+    class AsyncEngineArgs(engine_args):
+        __doc__ = engine_args.__doc__
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "dtype": os.environ[_ENGINE_DTYPE_ENV]})
+
+    vllm.AsyncEngineArgs = AsyncEngineArgs
+
+
 def _patch_ray_init(ray):
     settings = json.loads(os.environ["OPENRLHF_E2E_RAY"])
     original = ray.init
@@ -151,6 +206,9 @@ def _patch_loss_marker(module):
 
 after_import("torch", _patch_torch_cuda)
 after_import("openrlhf.trainer.ppo_utils.replay_buffer", _patch_replay_buffer)
+after_import("openrlhf.utils.utils", _patch_param_dtype)
+if os.environ.get(_ENGINE_DTYPE_ENV):
+    after_import("vllm", _patch_engine_dtype)
 if os.environ.get("OPENRLHF_E2E_RAY"):
     after_import("ray", _patch_ray_init)
 if os.environ.get("OPENRLHF_E2E_RECORD_DIR"):

@@ -2,16 +2,20 @@
 actor's weight updates end up (shared by the invariance tests and ``python -m tests.openrlhf.e2e.invariance``).
 
 Each run: the same 4 samples (2 prompts x 2, the rollouts seeded from prompt and sample index) in one
-optimizer step (``--train.batch_size 4``), ``--train.micro_batch_size`` 4, 2 or 1 (1, 2 or 4
-micro-batches), for one ``--actor.loss_agg_mode``. The comparison is of the updates
-``delta = w_after - w_before`` over all weights: ``|delta_k - delta_1| / |delta_1|`` (Frobenius norms
-over every tensor), against the run with 1 micro-batch.
+optimizer step (``--train.batch_size 4``), split over ``--actor.num_gpus_per_node`` 1 or 2 actor ranks
+(data parallel: each rank trains on its share of the replay buffer, DeepSpeed averages the gradients
+over ranks) and, on each rank, into micro-batches of ``--train.micro_batch_size`` samples: ``SPLITS``
+lists (ranks, micro-batch size). The comparison is of the updates ``delta = w_after - w_before`` over
+all weights: ``|delta_k - delta_1| / |delta_1|`` (Frobenius norms over every tensor), against the run
+with 1 rank and 1 micro-batch.
 
-Optimizer settings make the step measure the gradient's scale, not only its sign: Adam's first step is
-``lr * g / (|g| + eps)``; with ``eps = 100`` far above every gradient entry this is ``(lr / eps) * g``, so a
-micro-batch normalised wrongly (a loss 2x too large, say) moves the weights 2x too far. No gradient
-clipping (``--actor.max_norm 0``). ``lr / eps = 0.1`` makes the updates a few hundred bf16 ulps of the
-weights, so rounding the saved bf16 weights costs well under 1% of ``|delta|``.
+The actor trains in fp32 (``--ds.param_dtype fp32``: a choice the test-only sitecustomize adds to
+OpenRLHF's bf16 / fp16, see its docstring), so the differences measure the order of fp32 summation, not
+bf16 rounding. Optimizer settings make the step measure the gradient's scale, not only its sign: Adam's
+first step is ``lr * g / (|g| + eps)``; with ``eps = 100`` far above every gradient entry this is
+``(lr / eps) * g`` (short of it by at most ``max|g_i| / eps`` relative), so a micro-batch or a rank
+normalised wrongly (a loss 2x too large, say) moves the weights 2x too far. No gradient clipping
+(``--actor.max_norm 0``).
 """
 
 from __future__ import annotations
@@ -26,12 +30,29 @@ from tests.openrlhf.e2e.runner import NO_KL_ARGS, Run, initial_weights, run_gmpo
 
 LR, EPS = 10.0, 100.0
 LR_OVER_EPS = LR / EPS
-LINEAR_STEP_ARGS = ["--actor.adam.lr", str(LR), "--actor.adam.eps", str(EPS), "--actor.max_norm", "0", *NO_KL_ARGS]
-MICRO_BATCH_SIZES = (4, 2, 1)  # 1, 2, 4 micro-batches of the 4-sample step
+FP32_ARGS = ("--ds.param_dtype", "fp32")
+LINEAR_STEP_ARGS = [
+    *FP32_ARGS,
+    "--actor.adam.lr",
+    str(LR),
+    "--actor.adam.eps",
+    str(EPS),
+    "--actor.max_norm",
+    "0",
+    *NO_KL_ARGS,
+]
+SAMPLES = 4  # --train.batch_size: the samples of the one step
+# (actor ranks, micro-batch size): the reference first, then 2 and 4 micro-batches on one rank, and 2 ranks
+# with 2 micro-batches each
+SPLITS = ((1, 4), (1, 2), (1, 1), (2, 1))
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
-def step_args(loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple = ()) -> list:
+def micro_batches_per_rank(ranks: int, micro_batch_size: int) -> int:
+    return SAMPLES // ranks // micro_batch_size
+
+
+def step_args(loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple = (), ranks: int = 1) -> list:
     return [
         "--actor.policy_loss_type",
         loss,
@@ -39,13 +60,32 @@ def step_args(loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple
         loss_agg_mode,
         "--train.micro_batch_size",
         str(micro_batch_size),
+        "--actor.num_gpus_per_node",
+        str(ranks),
         *LINEAR_STEP_ARGS,
         *extra,
     ]
 
 
-def one_step(fixtures: dict, out: Path, loss: str, loss_agg_mode: str, micro_batch_size: int, extra: tuple = ()) -> Run:
-    return run_gmpo_openrlhf(fixtures, out, step_args(loss, loss_agg_mode, micro_batch_size, extra), steps=1).check()
+def one_step(
+    fixtures: dict,
+    out: Path,
+    loss: str,
+    loss_agg_mode: str,
+    micro_batch_size: int,
+    extra: tuple = (),
+    ranks: int = 1,
+) -> Run:
+    args = step_args(loss, loss_agg_mode, micro_batch_size, extra, ranks)
+    return run_gmpo_openrlhf(fixtures, out, args, steps=1).check()
+
+
+def calls_per_rank(run: Run) -> dict[int, list[int]]:
+    """``{rank: [rows of each loss call]}`` from the loss-call marker, in call order per rank."""
+    calls: dict[int, list[int]] = {}
+    for call in run.loss_calls():
+        calls.setdefault(call["rank"], []).append(call["rows"])
+    return calls
 
 
 def update(run: Run, before: dict) -> dict:
@@ -60,27 +100,37 @@ def relative_difference(delta: dict, reference: dict) -> float:
 
 
 def table(fixtures: dict, root: Path, losses: tuple) -> list[dict]:
-    """Rows ``{loss, loss_agg_mode, "micro-batches": {1: 0.0, 2: d2, 4: d4}, seconds}``."""
+    """Rows ``{loss, loss_agg_mode, "differences": {(ranks, size): d}, seconds}`` over ``SPLITS``."""
     before = initial_weights(fixtures["model"])
     rows = []
     for loss in losses:
         for mode in LOSS_AGG_MODES:
             runs = {
-                4 // size: one_step(fixtures, root / f"{loss}-{mode}-{size}", loss, mode, size)
-                for size in MICRO_BATCH_SIZES
+                (ranks, size): one_step(fixtures, root / f"{loss}-{mode}-{ranks}x{size}", loss, mode, size, (), ranks)
+                for ranks, size in SPLITS
             }
-            reference = update(runs[1], before)
+            reference = update(runs[SPLITS[0]], before)
             rows.append(
                 {
                     "loss": loss,
                     "loss_agg_mode": mode,
-                    "micro-batches": {
-                        n: relative_difference(update(run, before), reference) for n, run in runs.items()
+                    "differences": {
+                        split: relative_difference(update(run, before), reference) for split, run in runs.items()
                     },
-                    "seconds": [round(run.seconds, 1) for run in runs.values()],
+                    "seconds": [round(run.seconds) for run in runs.values()],
                 }
             )
     return rows
+
+
+def heading() -> str:
+    """The table's header: one column per split other than the reference (micro-batches per rank)."""
+    columns = [
+        f"{ranks} rank{'s' * (ranks > 1)} x {micro_batches_per_rank(ranks, size)} micro-batches"
+        for ranks, size in SPLITS[1:]
+    ]
+    rule = "|---" * (len(columns) + 3) + "|"
+    return "| loss | --actor.loss_agg_mode | " + " | ".join(columns) + " | s per run |\n" + rule
 
 
 def main() -> None:
@@ -90,15 +140,11 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True)
     fixtures = build_fixtures(args.out / "fixtures")
-    print("| loss | --actor.loss_agg_mode | 2 micro-batches | 4 micro-batches | s per run |")
-    print("|---|---|---|---|---|")
+    print(heading())
     for row in table(fixtures, args.out, tuple(args.losses)):
-        diffs = row["micro-batches"]
-        print(
-            f"| {row['loss']} | {row['loss_agg_mode']} | {diffs[2]:.2e} | {diffs[4]:.2e} | "
-            f"{', '.join(map(str, row['seconds']))} |",
-            flush=True,
-        )
+        differences = " | ".join(f"{row['differences'][split]:.1e}" for split in SPLITS[1:])
+        seconds = ", ".join(map(str, row["seconds"]))
+        print(f"| {row['loss']} | {row['loss_agg_mode']} | {differences} | {seconds} |", flush=True)
 
 
 if __name__ == "__main__":
