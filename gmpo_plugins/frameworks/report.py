@@ -3,7 +3,8 @@
 
 A framework whose trainer failed or was stopped is listed as incomplete with the end of its
 output; the other frameworks' results are kept. The report is marked incomplete when any
-framework is.
+framework is. The stand-ins a framework ran with (CPU stand-ins for its GPU parts) are
+named beside its status.
 """
 
 from __future__ import annotations
@@ -46,14 +47,15 @@ def write_report(out: Path, spec_path: str, runs: Sequence[FrameworkRun], launch
     lines = [f"# gmpo-plugins frameworks {spec_path}", ""]
     lines.append("Status: complete" if complete else "Status: INCOMPLETE")
     lines.append("")
-    lines.append("| framework | status | seconds | RL steps |")
-    lines.append("|---|---|---|---|")
+    lines.append("| framework | status | seconds | RL steps | stand-ins |")
+    lines.append("|---|---|---|---|---|")
     for run in runs:
         status = "complete" if run.complete else "incomplete: " + run.failure.splitlines()[0]
-        lines.append(f"| {run.framework} | {status} | {run.seconds:.1f} | {len(run.records)} |")
+        standins = run.standins or "none"
+        lines.append(f"| {run.framework} | {status} | {run.seconds:.1f} | {len(run.records)} | {standins} |")
     for launch in launches:
         if launch.framework not in ran:
-            lines.append(f"| {launch.framework} | incomplete: not run (interrupted) | | 0 |")
+            lines.append(f"| {launch.framework} | incomplete: not run (interrupted) | | 0 | |")
     lines += ["", "## Per step", "", step_tables(runs) or "(no metrics)", "", "## Differences the spec cannot remove"]
     for launch in launches:
         lines.append(f"\n{launch.framework} (launch: `{launch.framework}/launch.sh`):\n")
@@ -64,6 +66,8 @@ def write_report(out: Path, spec_path: str, runs: Sequence[FrameworkRun], launch
         for run in failures:
             lines += ["", f"### {run.framework}", "", "```", run.failure, "```"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
-    records = {run.framework: {"complete": run.complete, "records": run.records} for run in runs}
+    records = {
+        run.framework: {"complete": run.complete, "standins": run.standins, "records": run.records} for run in runs
+    }
     (out / "records.json").write_text(json.dumps(records, indent=1) + "\n")
     return complete

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
-from gmpo_plugins.frameworks.metrics import trl_records
+from gmpo_plugins.frameworks.metrics import trl_records, verl_records
 from gmpo_plugins.frameworks.spec import RunSpec
+from gmpo_plugins.frameworks.standins import LocalLaunch, StandinsError, local_launch
 
-RUNNABLE = ("trl",)
+RUNNABLE = ("trl", "verl")
+END_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
 
 
@@ -40,13 +43,15 @@ class RunnerError(Exception):
 
 @dataclass
 class FrameworkRun:
-    """What one framework's run left: ``complete`` or not, why not, its per-step records."""
+    """What one framework's run left: ``complete`` or not, why not, its per-step records, and
+    the stand-ins it ran with ("" for none)."""
 
     framework: str
     complete: bool
     seconds: float
     records: list[dict[str, float]] = field(default_factory=list)
     failure: str = ""
+    standins: str = ""
 
 
 def framework_python(framework: str) -> str:
@@ -65,13 +70,21 @@ def framework_python(framework: str) -> str:
     return runner.python or sys.executable
 
 
+def plan_local(launch: Launch, python: str) -> LocalLaunch:
+    """``launch`` as it runs here (``standins.local_launch``); RunnerError otherwise."""
+    try:
+        return local_launch(launch, python)
+    except StandinsError as exc:
+        raise RunnerError(str(exc)) from None
+
+
 def _argv(argv: Sequence[str], python: str) -> list[str]:
     return [python if arg == "python3" else arg for arg in argv]
 
 
 def _end_group(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 10 s, to the process group of ``process``."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to the process group of ``process``."""
+    for sig, wait in ((signal.SIGTERM, END_WAIT_S), (signal.SIGKILL, None)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
@@ -101,8 +114,39 @@ def _run(argv: list[str], folder: Path, env: dict[str, str], timeout: float, log
             _end_group(process)
 
 
-def run_launch(spec: RunSpec, launch: Launch, folder: Path, python: str, timeout: float) -> FrameworkRun:
-    """Write, prepare and run ``launch`` (already filled with ``folder``) in ``folder``."""
+def processes_naming(text: str) -> list[int]:
+    """Ids of the processes (not this one) whose command line contains ``text`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def end_processes_naming(text: str) -> None:
+    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to every process naming ``text`` (a run's Ray folder)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = processes_naming(text)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+        deadline = time.monotonic() + END_WAIT_S
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = processes_naming(text)
+        if not pids:
+            return
+
+
+def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, timeout: float) -> FrameworkRun:
+    """Write, prepare and run ``local.launch`` (already filled with ``folder``) in ``folder``."""
+    launch = local.launch
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in launch.files.items():
         (folder / name).write_text(text)
@@ -110,26 +154,41 @@ def run_launch(spec: RunSpec, launch: Launch, folder: Path, python: str, timeout
     env = {
         **os.environ,
         **launch.env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [*local.pythonpath, root, os.environ.get("PYTHONPATH")])),
     }
     start = time.monotonic()
-    with (folder / "output.log").open("w") as log:
-        for argv in [*launch.prepare, launch.argv]:
-            status, reason = _run(_argv(argv, python), folder, env, timeout, log)
-            if status != 0:
-                seconds = time.monotonic() - start
-                log.flush()
-                tail = (folder / "output.log").read_text()[-LOG_TAIL_CHARS:]
-                why = reason or f"exit status {status}"
-                return FrameworkRun(launch.framework, False, seconds, failure=f"{argv[0]} ... {why}\n{tail}")
+    try:
+        with (folder / "output.log").open("w") as log:
+            for argv in [*launch.prepare, launch.argv]:
+                status, reason = _run(_argv(argv, python), folder, env, timeout, log)
+                if status != 0:
+                    seconds = time.monotonic() - start
+                    log.flush()
+                    tail = (folder / "output.log").read_text()[-LOG_TAIL_CHARS:]
+                    why = reason or f"exit status {status}"
+                    failure = f"{argv[0]} ... {why}\n{tail}"
+                    return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
+    finally:
+        if local.ray_dir is not None:
+            end_processes_naming(local.ray_dir)
+            shutil.rmtree(local.ray_dir, ignore_errors=True)
     seconds = time.monotonic() - start
-    return FrameworkRun(launch.framework, True, seconds, records=read_records(spec, launch.framework, folder))
+    try:
+        records = read_records(spec, local, folder)
+    except (OSError, ValueError, KeyError) as exc:
+        failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
+        return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
+    return FrameworkRun(launch.framework, True, seconds, records=records, standins=local.standins)
 
 
-def read_records(spec: RunSpec, framework: str, folder: Path) -> list[dict[str, float]]:
-    """The per-RL-step records ``framework`` logged in ``folder`` (``metrics``)."""
+def read_records(spec: RunSpec, local: LocalLaunch, folder: Path) -> list[dict[str, float]]:
+    """The per-RL-step records ``local``'s framework logged in ``folder`` (``metrics``)."""
+    framework = local.launch.framework
     if framework == "trl":
         history = json.loads((folder / "log_history.json").read_text())
         per_rl_step = spec.responses_per_step // spec.mini_batch_size * spec.epochs_per_batch
         return trl_records(history, per_rl_step)
+    if framework == "verl":
+        lines = Path(local.launch.env["VERL_FILE_LOGGER_PATH"]).read_text().splitlines()
+        return verl_records(lines, memory=not local.standins)
     raise RunnerError(f"{framework}: no metrics reader")
