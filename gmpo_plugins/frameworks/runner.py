@@ -4,14 +4,16 @@ Where a framework runs: the interpreter ``compare`` uses (``GMPO_PLUGINS_PYTHON_
 this interpreter when it has the framework, or ``.nox/<name>/bin/python``;
 ``compare.backends.base.resolve_runner``). In ``DIR/<framework>/`` the runner writes the
 launch's files, runs its preparation and then its command with that interpreter (``python3``
-in the launch is replaced by it), in a process group of its own, with the output in
+in the launch is replaced by it), as the leader of a session of its own, with the output in
 ``output.log``. A command that fails, or outlives ``timeout`` seconds, is ended with its whole
-process group (Ray workers included) and the run is marked incomplete; Ctrl-C does the same,
-then re-raises. Metrics are read back from what the trainer logged (``metrics``).
+process group and the run is marked incomplete; Ctrl-C does the same, then re-raises. Whatever
+a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts in process
+groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
+Metrics are read back from what the trainer logged (``metrics``).
 
-Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is). The other frameworks need
-their CPU stand-ins (``examples/verl_cpu``, ``examples/openrlhf_cpu``) or a GPU; for them
-``RUNNABLE`` says so and the command refuses before anything starts.
+Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is) and ``verl`` (on a GPU, or
+with the CPU stand-ins of ``examples/verl_cpu``: ``standins``). OpenRLHF and SkyRL are
+refused before anything starts (``RUNNABLE``).
 """
 
 from __future__ import annotations
@@ -112,25 +114,27 @@ def _run(argv: list[str], folder: Path, env: dict[str, str], timeout: float, log
     finally:
         if process.poll() is None:
             _end_group(process)
+        end_session(process.pid)  # the command leads its session (start_new_session)
 
 
-def processes_naming(text: str) -> list[int]:
-    """Ids of the processes (not this one) whose command line contains ``text`` (Linux /proc)."""
-    found = []
+def session_members(session: int) -> list[int]:
+    """Ids of the processes in session ``session`` (Linux /proc; empty elsewhere)."""
+    members = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if text in cmdline and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        if int(fields[3]) == session and int(entry.name) != os.getpid():
+            members.append(int(entry.name))
+    return members
 
 
-def end_processes_naming(text: str) -> None:
-    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to every process naming ``text`` (a run's Ray folder)."""
+def end_session(session: int) -> None:
+    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to every process left in ``session``."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = processes_naming(text)
+        pids = session_members(session)
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -139,7 +143,7 @@ def end_processes_naming(text: str) -> None:
         deadline = time.monotonic() + END_WAIT_S
         while pids and time.monotonic() < deadline:
             time.sleep(0.2)
-            pids = processes_naming(text)
+            pids = session_members(session)
         if not pids:
             return
 
@@ -170,7 +174,6 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
                     return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
     finally:
         if local.ray_dir is not None:
-            end_processes_naming(local.ray_dir)
             shutil.rmtree(local.ray_dir, ignore_errors=True)
     seconds = time.monotonic() - start
     try:
