@@ -155,8 +155,10 @@ def verl(session: nox.Session) -> None:
 def verl_e2e(session: nox.Session) -> None:
     """verl's real trainer on CPU (RayPPOTrainer.fit, engine workers, FSDP2 on gloo) with
     loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks (verl's
-    geo_mean measured), gspo/dapo/KL steps, bad settings, the GPU script's overrides.
-    Stand-ins for the GPU parts: examples/verl_cpu. cachetools: verl's rollout router."""
+    geo_mean measured), gspo/dapo/KL steps, bad settings, the GPU script's overrides,
+    `gmpo-plugins frameworks` on the example spec (TRL's side only where a TRL virtualenv is
+    found: TRL and verl 0.9.1 cannot share one). Stand-ins for the GPU parts:
+    examples/verl_cpu. cachetools: verl's rollout router."""
     session.install(TORCH)
     session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn", "cachetools")
     # pytest's default basetemp (/tmp/pytest-of-<user>) keeps only the last three sessions of

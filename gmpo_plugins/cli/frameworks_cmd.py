@@ -10,8 +10,9 @@ blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed.
 or a setting a framework cannot express, is one line and exit status 2.
 
 Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
-(``gmpo_plugins.frameworks.runner``; this version runs ``trl``, the others refuse before
-anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
+(``gmpo_plugins.frameworks.runner``; this version runs ``trl`` and ``verl``, verl with the
+CPU stand-ins of ``examples/verl_cpu`` where its interpreter sees no GPU; OpenRLHF and SkyRL
+refuse before anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
 differences) and ``DIR/records.json``, and exits with status 1 when a run is incomplete
 (130 after Ctrl-C, the report written with what finished).
 """
@@ -19,6 +20,7 @@ differences) and ``DIR/records.json``, and exits with status 1 when a run is inc
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -104,25 +106,32 @@ def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> i
     """Run every launch's trainer (module docstring), then write the report."""
     from gmpo_plugins.frameworks.render import write_launch
     from gmpo_plugins.frameworks.report import write_report
-    from gmpo_plugins.frameworks.runner import RunnerError, framework_python, run_launch
+    from gmpo_plugins.frameworks.runner import RunnerError, framework_python, plan_local, run_launch
 
-    try:  # every interpreter is found before any trainer starts
+    try:  # every interpreter is found, and every launch placed, before any trainer starts
         pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
+        locals_ = [plan_local(launch, pythons[launch.framework]) for launch in launches]
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
     runs = []
     status = 0
     try:
-        for launch in launches:
-            write_launch(launch, out / launch.framework)
-            print(f"{launch.framework}: running ({pythons[launch.framework]})", flush=True)
-            run = run_launch(spec, launch, out / launch.framework, pythons[launch.framework], args.timeout)
+        for launch, local in zip(launches, locals_, strict=True):
+            name = launch.framework
+            write_launch(launch, out / name)  # as translated; output.log shows the command run here
+            with_standins = f", stand-ins: {local.standins}" if local.standins else ""
+            print(f"{name}: running ({pythons[name]}{with_standins})", flush=True)
+            run = run_launch(spec, local, out / name, pythons[name], args.timeout)
             runs.append(run)
             state = "complete" if run.complete else "INCOMPLETE: " + run.failure.splitlines()[0]
-            print(f"{launch.framework}: {state}, {run.seconds:.1f} s, {len(run.records)} RL steps", flush=True)
+            print(f"{name}: {state}, {run.seconds:.1f} s, {len(run.records)} RL steps", flush=True)
     except KeyboardInterrupt:
         status = INTERRUPTED_STATUS
         print("interrupted: the running trainer's processes were ended", file=sys.stderr)
+    finally:
+        for local in locals_:  # the Ray folders of runs that never started
+            if local.ray_dir is not None:
+                shutil.rmtree(local.ray_dir, ignore_errors=True)
     complete = write_report(out, args.spec, runs, launches)
     print(f"report: {out / 'report.md'}" + ("" if complete else " (incomplete)"))
     return status or (0 if complete else 1)

@@ -1,25 +1,29 @@
 """Each trainer's own logged metrics in one vocabulary, one record per RL step.
 
-    vocabulary       TRL (``trainer.state.log_history``, one entry per optimiser step)
-    reward           reward
-    policy_loss      policy_loss
-    clip_frac_low    clip_ratio/low_mean
-    clip_frac_high   clip_ratio/high_mean
-    log_ratio_min    log_ratio_min
-    log_ratio_max    log_ratio_max
-    entropy          entropy
-    kl               kl            (logged when beta != 0)
-    grad_norm        grad_norm
-    step_time        step_time     (seconds)
+    vocabulary       TRL (``log_history``,         verl (file logger, one JSON line
+                     one entry per optimiser step)  ``{"step": N, "data": {...}}`` per RL step)
+    reward           reward                         critic/score/mean (the reward function's)
+    policy_loss      policy_loss                    actor/pg_loss
+    clip_frac_low    clip_ratio/low_mean            actor/gmpo/clip_frac_low    (our adapter's)
+    clip_frac_high   clip_ratio/high_mean           actor/gmpo/clip_frac_high   (our adapter's)
+    log_ratio_min    log_ratio_min                  actor/gmpo/log_ratio_min    (our adapter's)
+    log_ratio_max    log_ratio_max                  actor/gmpo/log_ratio_max    (our adapter's)
+    entropy          entropy                        actor/entropy
+    kl               kl    (when beta != 0)         actor/kl_loss (when use_kl_loss)
+    grad_norm        grad_norm                      actor/grad_norm
+    step_time        step_time (seconds)            timing_s/step (seconds)
+    peak_memory_gb   (not logged)                   actor/perf/max_memory_allocated_gb
 
-A metric a trainer did not log is absent from its record (never zero). TRL logs per
-optimiser step; the RL step of optimiser step ``s`` (1-based) is
-``(s - 1) // (optimiser steps per RL step * epochs_per_batch) + 1``, and an RL step's record
-is the mean over its optimiser steps (the last one's ``step_time`` summed).
+A metric a trainer did not log is absent from its record (never zero). verl's memory figure
+is dropped when verl ran on the CPU stand-ins, whose platform reports 0 for every memory
+statistic (``verl_records(..., memory=False)``). TRL logs per optimiser step; the RL step of
+optimiser step ``s`` (1-based) is ``(s - 1) // (optimiser steps per RL step * epochs_per_batch)
++ 1``, and an RL step's record is the mean over its optimiser steps (``step_time`` summed).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +38,7 @@ VOCABULARY = (
     "kl",
     "grad_norm",
     "step_time",
+    "peak_memory_gb",
 )
 TRL_NAMES = {
     "reward": "reward",
@@ -46,6 +51,19 @@ TRL_NAMES = {
     "kl": "kl",
     "grad_norm": "grad_norm",
     "step_time": "step_time",
+}
+VERL_NAMES = {
+    "reward": "critic/score/mean",
+    "policy_loss": "actor/pg_loss",
+    "clip_frac_low": "actor/gmpo/clip_frac_low",
+    "clip_frac_high": "actor/gmpo/clip_frac_high",
+    "log_ratio_min": "actor/gmpo/log_ratio_min",
+    "log_ratio_max": "actor/gmpo/log_ratio_max",
+    "entropy": "actor/entropy",
+    "kl": "actor/kl_loss",
+    "grad_norm": "actor/grad_norm",
+    "step_time": "timing_s/step",
+    "peak_memory_gb": "actor/perf/max_memory_allocated_gb",
 }
 SUMMED = ("step_time",)
 
@@ -72,8 +90,38 @@ def trl_records(log_history: Iterable[Mapping[str, Any]], optimiser_steps_per_rl
         entries = grouped[rl_step]
         record: dict[str, float] = {"step": rl_step}
         for name in VOCABULARY:
+            if name not in TRL_NAMES:
+                continue
             values = [float(entry[TRL_NAMES[name]]) for entry in entries if TRL_NAMES[name] in entry]
             if values:
                 record[name] = sum(values) if name in SUMMED else sum(values) / len(values)
+        records.append(record)
+    return records
+
+
+def verl_records(lines: Iterable[str], memory: bool = True) -> list[dict[str, float]]:
+    """One vocabulary record per RL step from verl's file logger (module docstring).
+
+    Args:
+        lines: the lines of verl's ``VERL_FILE_LOGGER_PATH`` file, one JSON object
+            ``{"step": N, "data": {metric: value}}`` per RL step (blank lines skipped).
+        memory: False when verl's platform reports no memory figures (CPU stand-ins):
+            ``peak_memory_gb`` is then left out instead of reported as 0.
+
+    Returns:
+        Records in RL-step order, each with ``step`` and the metrics verl logged.
+    """
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        if line.strip():
+            entry = json.loads(line)
+            by_step[int(entry["step"])] = entry["data"]
+    records = []
+    for step in sorted(by_step):
+        data = by_step[step]
+        record: dict[str, float] = {"step": step}
+        for name, key in VERL_NAMES.items():
+            if key in data and (memory or name != "peak_memory_gb"):
+                record[name] = float(data[key])
         records.append(record)
     return records

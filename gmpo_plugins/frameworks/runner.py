@@ -4,20 +4,23 @@ Where a framework runs: the interpreter ``compare`` uses (``GMPO_PLUGINS_PYTHON_
 this interpreter when it has the framework, or ``.nox/<name>/bin/python``;
 ``compare.backends.base.resolve_runner``). In ``DIR/<framework>/`` the runner writes the
 launch's files, runs its preparation and then its command with that interpreter (``python3``
-in the launch is replaced by it), in a process group of its own, with the output in
+in the launch is replaced by it), as the leader of a session of its own, with the output in
 ``output.log``. A command that fails, or outlives ``timeout`` seconds, is ended with its whole
-process group (Ray workers included) and the run is marked incomplete; Ctrl-C does the same,
-then re-raises. Metrics are read back from what the trainer logged (``metrics``).
+process group and the run is marked incomplete; Ctrl-C does the same, then re-raises. Whatever
+a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts in process
+groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
+Metrics are read back from what the trainer logged (``metrics``).
 
-Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is). The other frameworks need
-their CPU stand-ins (``examples/verl_cpu``, ``examples/openrlhf_cpu``) or a GPU; for them
-``RUNNABLE`` says so and the command refuses before anything starts.
+Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is) and ``verl`` (on a GPU, or
+with the CPU stand-ins of ``examples/verl_cpu``: ``standins``). OpenRLHF and SkyRL are
+refused before anything starts (``RUNNABLE``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
-from gmpo_plugins.frameworks.metrics import trl_records
+from gmpo_plugins.frameworks.metrics import trl_records, verl_records
 from gmpo_plugins.frameworks.spec import RunSpec
+from gmpo_plugins.frameworks.standins import LocalLaunch, StandinsError, local_launch
 
-RUNNABLE = ("trl",)
+RUNNABLE = ("trl", "verl")
+END_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
 
 
@@ -40,13 +45,15 @@ class RunnerError(Exception):
 
 @dataclass
 class FrameworkRun:
-    """What one framework's run left: ``complete`` or not, why not, its per-step records."""
+    """What one framework's run left: ``complete`` or not, why not, its per-step records, and
+    the stand-ins it ran with ("" for none)."""
 
     framework: str
     complete: bool
     seconds: float
     records: list[dict[str, float]] = field(default_factory=list)
     failure: str = ""
+    standins: str = ""
 
 
 def framework_python(framework: str) -> str:
@@ -65,13 +72,21 @@ def framework_python(framework: str) -> str:
     return runner.python or sys.executable
 
 
+def plan_local(launch: Launch, python: str) -> LocalLaunch:
+    """``launch`` as it runs here (``standins.local_launch``); RunnerError otherwise."""
+    try:
+        return local_launch(launch, python)
+    except StandinsError as exc:
+        raise RunnerError(str(exc)) from None
+
+
 def _argv(argv: Sequence[str], python: str) -> list[str]:
     return [python if arg == "python3" else arg for arg in argv]
 
 
 def _end_group(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 10 s, to the process group of ``process``."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to the process group of ``process``."""
+    for sig, wait in ((signal.SIGTERM, END_WAIT_S), (signal.SIGKILL, None)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
@@ -99,10 +114,43 @@ def _run(argv: list[str], folder: Path, env: dict[str, str], timeout: float, log
     finally:
         if process.poll() is None:
             _end_group(process)
+        end_session(process.pid)  # the command leads its session (start_new_session)
 
 
-def run_launch(spec: RunSpec, launch: Launch, folder: Path, python: str, timeout: float) -> FrameworkRun:
-    """Write, prepare and run ``launch`` (already filled with ``folder``) in ``folder``."""
+def session_members(session: int) -> list[int]:
+    """Ids of the processes in session ``session`` (Linux /proc; empty elsewhere)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        if int(fields[3]) == session and int(entry.name) != os.getpid():
+            members.append(int(entry.name))
+    return members
+
+
+def end_session(session: int) -> None:
+    """SIGTERM, then SIGKILL after ``END_WAIT_S``, to every process left in ``session``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = session_members(session)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+        deadline = time.monotonic() + END_WAIT_S
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = session_members(session)
+        if not pids:
+            return
+
+
+def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, timeout: float) -> FrameworkRun:
+    """Write, prepare and run ``local.launch`` (already filled with ``folder``) in ``folder``."""
+    launch = local.launch
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in launch.files.items():
         (folder / name).write_text(text)
@@ -110,26 +158,40 @@ def run_launch(spec: RunSpec, launch: Launch, folder: Path, python: str, timeout
     env = {
         **os.environ,
         **launch.env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [*local.pythonpath, root, os.environ.get("PYTHONPATH")])),
     }
     start = time.monotonic()
-    with (folder / "output.log").open("w") as log:
-        for argv in [*launch.prepare, launch.argv]:
-            status, reason = _run(_argv(argv, python), folder, env, timeout, log)
-            if status != 0:
-                seconds = time.monotonic() - start
-                log.flush()
-                tail = (folder / "output.log").read_text()[-LOG_TAIL_CHARS:]
-                why = reason or f"exit status {status}"
-                return FrameworkRun(launch.framework, False, seconds, failure=f"{argv[0]} ... {why}\n{tail}")
+    try:
+        with (folder / "output.log").open("w") as log:
+            for argv in [*launch.prepare, launch.argv]:
+                status, reason = _run(_argv(argv, python), folder, env, timeout, log)
+                if status != 0:
+                    seconds = time.monotonic() - start
+                    log.flush()
+                    tail = (folder / "output.log").read_text()[-LOG_TAIL_CHARS:]
+                    why = reason or f"exit status {status}"
+                    failure = f"{argv[0]} ... {why}\n{tail}"
+                    return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
+    finally:
+        if local.ray_dir is not None:
+            shutil.rmtree(local.ray_dir, ignore_errors=True)
     seconds = time.monotonic() - start
-    return FrameworkRun(launch.framework, True, seconds, records=read_records(spec, launch.framework, folder))
+    try:
+        records = read_records(spec, local, folder)
+    except (OSError, ValueError, KeyError) as exc:
+        failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
+        return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
+    return FrameworkRun(launch.framework, True, seconds, records=records, standins=local.standins)
 
 
-def read_records(spec: RunSpec, framework: str, folder: Path) -> list[dict[str, float]]:
-    """The per-RL-step records ``framework`` logged in ``folder`` (``metrics``)."""
+def read_records(spec: RunSpec, local: LocalLaunch, folder: Path) -> list[dict[str, float]]:
+    """The per-RL-step records ``local``'s framework logged in ``folder`` (``metrics``)."""
+    framework = local.launch.framework
     if framework == "trl":
         history = json.loads((folder / "log_history.json").read_text())
         per_rl_step = spec.responses_per_step // spec.mini_batch_size * spec.epochs_per_batch
         return trl_records(history, per_rl_step)
+    if framework == "verl":
+        lines = Path(local.launch.env["VERL_FILE_LOGGER_PATH"]).read_text().splitlines()
+        return verl_records(lines, memory=not local.standins)
     raise RunnerError(f"{framework}: no metrics reader")

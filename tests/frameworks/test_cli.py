@@ -89,14 +89,15 @@ def test_a_refused_setting_names_the_framework(write_spec, capsys):
         ),
         (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
         (
-            ["--frameworks", "trl,verl"],
-            "verl: running its trainer is not available in this version (runnable: trl); use --dry-run for its launch",
+            ["--frameworks", "trl,openrlhf"],
+            "openrlhf: running its trainer is not available in this version (runnable: trl, verl); "
+            "use --dry-run for its launch",
         ),
     ],
 )
 def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is verl's
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is openrlhf's
     assert (
         usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
     )

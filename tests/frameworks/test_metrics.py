@@ -1,10 +1,12 @@
-"""TRL's log_history -> one record per RL step in the run's vocabulary (hand values)."""
+"""TRL's log_history and verl's file logger -> one record per RL step in the run's vocabulary (hand values)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from gmpo_plugins.frameworks.metrics import trl_records
+from gmpo_plugins.frameworks.metrics import trl_records, verl_records
 
 
 def test_optimiser_steps_are_grouped_into_rl_steps():
@@ -31,3 +33,42 @@ def test_no_entries_no_records():
 def test_each_optimiser_step_lands_in_its_rl_step(per_step):
     history = [{"step": s, "reward": float(s), "policy_loss": 0.0} for s in range(1, 2 * per_step + 1)]
     assert [r["step"] for r in trl_records(history, per_step)] == [1, 2]
+
+
+def verl_line(step: int, **data: float) -> str:
+    return json.dumps({"step": step, "data": data})
+
+
+def test_verl_file_logger_lines_map_one_to_one():
+    lines = [
+        verl_line(2, **{"critic/score/mean": 0.5, "actor/pg_loss": -0.25, "actor/perf/max_memory_allocated_gb": 1.5}),
+        "",
+        verl_line(
+            1,
+            **{
+                "critic/score/mean": 1.0,
+                "critic/rewards/mean": 9.0,  # reward after verl's in-reward KL: not the reward function's
+                "actor/gmpo/clip_frac_low": 0.125,
+                "actor/gmpo/log_ratio_max": 0.75,
+                "actor/entropy": 3.0,
+                "actor/kl_loss": 0.0625,
+                "actor/grad_norm": 2.0,
+                "timing_s/step": 4.5,
+            },
+        ),
+    ]
+    assert verl_records(lines) == [
+        {
+            "step": 1,
+            "reward": 1.0,
+            "clip_frac_low": 0.125,
+            "log_ratio_max": 0.75,
+            "entropy": 3.0,
+            "kl": 0.0625,
+            "grad_norm": 2.0,
+            "step_time": 4.5,
+        },
+        {"step": 2, "reward": 0.5, "policy_loss": -0.25, "peak_memory_gb": 1.5},
+    ]
+    # the CPU stand-ins' platform reports 0 for every memory figure: left out, not reported
+    assert verl_records(lines, memory=False)[1] == {"step": 2, "reward": 0.5, "policy_loss": -0.25}

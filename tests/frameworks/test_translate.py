@@ -197,6 +197,7 @@ def test_with_out_fills_every_placeholder(write_spec):
         filled = launch.with_out("/runs/x")
         text = " ".join([*filled.argv, *filled.env.values(), *filled.files.values(), *map(" ".join, filled.prepare)])
         assert OUT not in text
-        assert shlex.split(filled.command()) == list(filled.argv)
+        words = shlex.split(filled.command())  # VAR=value ... then the command
+        assert words == [f"{key}={value}" for key, value in filled.env.items()] + list(filled.argv)
         # the dry run's and launch.sh's one-argument-a-line form is the same command
         assert shlex.split(shell_lines(filled.argv).replace("\\\n", " ")) == list(filled.argv)

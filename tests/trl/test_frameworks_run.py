@@ -60,7 +60,7 @@ def test_a_trainer_that_fails_leaves_an_incomplete_report(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Status: INCOMPLETE" in report and "| trl | incomplete: " in report
     assert "RuntimeError: no score" in report
-    assert json.loads((out / "records.json").read_text())["trl"] == {"complete": False, "records": []}
+    assert json.loads((out / "records.json").read_text())["trl"] == {"complete": False, "standins": "", "records": []}
     assert "trl: INCOMPLETE" in capsys.readouterr().out
 
 

@@ -22,6 +22,7 @@
     steps                       trainer.total_training_steps
     seed                        data.seed
     dtype                       actor/ref fsdp_config.mixed_precision.param_dtype (bf16 | fp32)
+    (metrics)                   trainer.logger=[console,file], VERL_FILE_LOGGER_PATH={out}/metrics.jsonl
 
 The adapter's own ``hparams_from_config`` reads the translated actor fields back; a
 hyper-parameter it would not reproduce is refused (e.g. ``dual_clip=None`` for grpo: verl
@@ -176,6 +177,7 @@ def translate(spec: RunSpec) -> Launch:
     return Launch(
         NAME,
         ("python3", "-m", "verl.trainer.main_ppo", *overrides),
+        env={"VERL_FILE_LOGGER_PATH": f"{OUT}/metrics.jsonl"},
         files={"reward.py": bridge},
         prepare=prepare,
         differences=DIFFERENCES,
