@@ -125,7 +125,7 @@ class ChunkedLogProbs(torch.autograd.Function):
                 chunk = torch.where(
                     valid[rows, None], hidden[rows], torch.zeros((), dtype=hidden.dtype, device=hidden.device)
                 )
-                grad_weight.add_(dz.t().to(hidden.dtype) @ chunk)
+                grad_weight.addmm_(dz.t(), chunk.to(dtype))  # in place: no (V, H) temporary
             if grad_bias is not None:
                 grad_bias.add_(dz.sum(0))
         return (
@@ -218,7 +218,7 @@ def fused_linear_loss(
     hidden_states: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    old_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     batch: BatchInfo | None = None,
@@ -238,7 +238,8 @@ def fused_linear_loss(
         hidden_states: (B, T, H) last hidden states at the positions that predict ``targets``.
         weight: (V, H) ``lm_head`` weight, the dtype and device of ``hidden_states``.
         targets: (B, T) integer token ids, in [0, V) at valid positions (anything elsewhere).
-        old_log_probs: (B, T), as ``LossInputs``.
+        old_log_probs: (B, T), as ``LossInputs``; None: the current log-probs, detached (one
+            update per rollout, where the old policy is the current one).
         advantages: (B,) or (B, T), as ``LossInputs``.
         mask: (B, T) bool or 0/1, True at valid response tokens.
         batch: the ``BatchInfo`` of the micro-batch (None: a plain local mean).
@@ -270,6 +271,8 @@ def fused_linear_loss(
         hidden_states.reshape(b * t, h), weight, bias, ids, valid, float(temperature), chunk
     )
     log_probs, entropy = flat_log_probs.view(b, t), flat_entropy.view(b, t)
+    if old_log_probs is None:
+        old_log_probs = log_probs.detach()
     out = spec(
         LossInputs(log_probs, old_log_probs, advantages, mask, ref_log_probs, rollout_is_weights),
         batch,

@@ -220,3 +220,15 @@ def test_bad_input_names_the_argument(change: dict, argument: str) -> None:
     p.update(change)
     with pytest.raises(ValueError, match=f"^{argument}: "):
         fused("gmpo", p, **options)
+
+
+def test_missing_old_log_probs_are_the_current_ones() -> None:
+    """old_log_probs=None: the ratio is 1, as with old = the unfused log-probs detached."""
+    p = problem(seed=9)
+    logits = p["hidden"] @ p["weight"].t() + p["bias"]
+    log_probs = torch.log_softmax(logits, -1).gather(-1, p["targets"][..., None]).squeeze(-1)
+    want = get_loss("gmpo")(LossInputs(log_probs, log_probs.detach(), p["advantages"], p["mask"]))
+    got = fused("gmpo", dict(p, old=None, ref=None))
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-12, atol=1e-14)
+    for g_got, g_want in zip(grads(got.loss, p), grads(want.loss, p), strict=True):
+        torch.testing.assert_close(g_got, g_want, rtol=1e-10, atol=1e-12)
