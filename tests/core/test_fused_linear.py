@@ -232,3 +232,22 @@ def test_missing_old_log_probs_are_the_current_ones() -> None:
     torch.testing.assert_close(got.loss, want.loss, rtol=1e-12, atol=1e-14)
     for g_got, g_want in zip(grads(got.loss, p), grads(want.loss, p), strict=True):
         torch.testing.assert_close(g_got, g_want, rtol=1e-10, atol=1e-12)
+
+
+# Dynamo instantiates the autograd.Function while tracing it, and torch warns about its own doing
+@pytest.mark.filterwarnings("ignore:.*torch.autograd.function.Function'> should not be instantiated:DeprecationWarning")
+def test_compiles_as_one_graph() -> None:
+    """torch.compile(fullgraph=True) traces the chunk loop and the autograd.Function (backend
+    aot_eager, which also traces the backward): the same loss and gradients."""
+    p = problem(seed=12, bias=False)
+
+    def step(hidden, weight):
+        return fused_linear_loss(
+            "gmpo", hidden, weight, p["targets"], p["old"], p["advantages"], p["mask"], chunk_size=16, validate=False
+        ).loss
+
+    want = step(p["hidden"], p["weight"])
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(p["hidden"], p["weight"])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+    for g_got, g_want in zip(grads(got, p), grads(want, p), strict=True):
+        torch.testing.assert_close(g_got, g_want, rtol=1e-12, atol=1e-14)
