@@ -92,13 +92,14 @@ class ChunkedLogProbs(torch.autograd.Function):
             z = _chunk_logits(hidden[rows], weight, bias, valid[rows], temperature)  # (n_c, V)
             target = z.gather(1, targets[rows, None]).squeeze(1)
             top = z.amax(1, keepdim=True)
-            exp = (z - top).exp_()
+            exp = z.sub_(top).exp_()  # e_v = exp(z_v - max), in place: one (n_c, V) buffer
             total = exp.sum(1)
-            chunk_lse = top.squeeze(1) + total.log()
+            log_total = total.log()
+            chunk_lse = top.squeeze(1) + log_total
             lse[rows] = chunk_lse
             log_probs[rows] = torch.where(valid[rows], target - chunk_lse, 0.0)
-            mean_logit = exp.mul_(z).sum(1) / total  # sum_v p_v z_v
-            entropy[rows] = torch.where(valid[rows], chunk_lse - mean_logit, 0.0)
+            # entropy = log sum_v e_v - sum_v e_v log(e_v) / sum_v e_v, again in place
+            entropy[rows] = torch.where(valid[rows], log_total - exp.xlogy_(exp).sum(1) / total, 0.0)
         ctx.save_for_backward(hidden, weight, bias, targets, valid, lse)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
         ctx.mark_non_differentiable(entropy)
