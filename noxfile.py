@@ -130,9 +130,10 @@ def kernels(session: nox.Session) -> None:
 @session
 def trl(session: nox.Session) -> None:
     """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
-    `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported)."""
+    `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported).
+    liger-kernel: TRL's use_liger_kernel switch requires it installed (its layer kernels stay off on CPU)."""
     session.install(TORCH)
-    session.install("-e", ".[test]", "trl==1.16.0")
+    session.install("-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5")
     session.run("pytest", "tests/trl", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")

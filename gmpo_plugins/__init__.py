@@ -12,6 +12,7 @@ plugin. The subpackages (``core``, ``adapters``, ``compare``, ``bench``, ``cli``
 internal; each adapter documents its framework-facing entry points in its own docstring.
 """
 
+from gmpo_plugins.core.fused_linear import FusedLinearOutput, fused_linear_loss
 from gmpo_plugins.core.hookspecs import hookimpl
 from gmpo_plugins.core.registry import (
     LossNameCollisionError,
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchInfo",
+    "FusedLinearOutput",
     "LossInputs",
     "LossNameCollisionError",
     "LossOutput",
@@ -35,6 +37,7 @@ __all__ = [
     "NoGradientWarning",
     "PluginLoadWarning",
     "UnknownLossError",
+    "fused_linear_loss",
     "get_loss",
     "hookimpl",
     "list_losses",

@@ -17,7 +17,10 @@
 #      reason (pytest -rs, in OUTDIR/pytest.log); warnings are reported there, not errors,
 #      since the machine's torch and triton are not the pinned ones
 #   4. gmpo-plugins bench --device cuda: OUTDIR/bench-cuda.json and OUTDIR/bench-cuda.md
-#   5. OUTDIR/summary.txt: each step, its status and its time
+#   5. its fused-linear section (hidden states and lm_head, unfused vs fused vs Liger-Kernel when
+#      importable; peak extra memory from torch.cuda.max_memory_allocated):
+#      OUTDIR/bench-fused-linear.json and OUTDIR/bench-fused-linear.md
+#   6. OUTDIR/summary.txt: each step, its status and its time
 #
 # Fill the wheel folder beforehand, on a machine with network (add --python-version X.Y
 # for the GPU machine's python if it differs):
@@ -39,11 +42,13 @@ OUTDIR=""
 # seconds per step: together under 5 minutes
 LIMIT_ENV=30
 LIMIT_DEPS=30
-LIMIT_TESTS=160
-LIMIT_BENCH=75
+LIMIT_TESTS=150
+LIMIT_BENCH=60
+LIMIT_FUSED=30
 TEST_FILES=(tests/core/test_kernels.py tests/core/test_triton_verify.py tests/core/test_no_sync.py tests/core/test_compile.py)
 TEST_SELECTION="cuda or triton"
 BENCH_ARGS=(bench --device cuda --repeats 20)
+FUSED_ARGS=(bench --fused-linear --fused-tokens 8x2048 --fused-chunk 2048 --device cuda --repeats 5)
 
 usage() {
     sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
@@ -167,6 +172,8 @@ if [[ "$DRY_RUN" -eq 1 ]]; then
          "-k '$TEST_SELECTION' (TRITON_INTERPRET unset) > $OUTDIR/pytest.log"
     echo "  run (at most ${LIMIT_BENCH}s): $PYTHON -m gmpo_plugins.cli.main ${BENCH_ARGS[*]}" \
          "--json $OUTDIR/bench-cuda.json --markdown > $OUTDIR/bench-cuda.md"
+    echo "  run (at most ${LIMIT_FUSED}s): $PYTHON -m gmpo_plugins.cli.main ${FUSED_ARGS[*]}" \
+         "--json $OUTDIR/bench-fused-linear.json > $OUTDIR/bench-fused-linear.md"
     echo "  write $OUTDIR/environment.txt and $OUTDIR/summary.txt"
     exit 0
 fi
@@ -211,6 +218,13 @@ timeout "$LIMIT_BENCH" "$PYTHON" -m gmpo_plugins.cli.main "${BENCH_ARGS[@]}" --j
     --markdown >"$OUTDIR/bench-cuda.md" 2>"$OUTDIR/bench.log"
 status=$?
 record bench "$status" $((SECONDS - start)) "$(grep -m 1 -o 'Targets ([^)]*)' "$OUTDIR/bench-cuda.md") (bench-cuda.md)"
+
+# -- 5. fused-linear bench -----------------------------------------------------------------
+start=$SECONDS
+timeout "$LIMIT_FUSED" "$PYTHON" -m gmpo_plugins.cli.main "${FUSED_ARGS[@]}" \
+    --json "$OUTDIR/bench-fused-linear.json" >"$OUTDIR/bench-fused-linear.md" 2>"$OUTDIR/bench-fused-linear.log"
+status=$?
+record fused "$status" $((SECONDS - start)) "$(grep -c '| yes |' "$OUTDIR/bench-fused-linear.md") targets met (bench-fused-linear.md)"
 
 echo "results in $OUTDIR"
 exit "$FAILED"

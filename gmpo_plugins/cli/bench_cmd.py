@@ -3,6 +3,8 @@
     gmpo-plugins bench [--losses gmpo,grpo] [--shapes 64x1024,256x4096,512x8192]
                        [--dtypes fp32,bf16] [--device cpu|cuda] [--repeats N]
                        [--threads N] [--json PATH] [--markdown] [--targets]
+    gmpo-plugins bench --fused-linear [VxH,...] [--fused-tokens BxT] [--fused-chunk N]
+                       [--device cpu|cuda] [--repeats N] [--threads N] [--json PATH]
 
 Each loss runs fused (the registry path) and, where it has one, eager (the oracle),
 next to verl's built-in geo_mean (when verl is importable) and the floor; see
@@ -11,6 +13,10 @@ next to verl's built-in geo_mean (when verl is importable) and the floor; see
 (``--targets``: only those). Bad values (an unwritable --json path included, checked before
 the benchmark runs): one line on stderr, exit status 2. A loss whose call raises (a broken
 plugin) is reported as failed, the others are measured, and the exit status is 1.
+
+``--fused-linear`` runs only the fused-linear section instead (``gmpo_plugins.bench.fused_linear``:
+gmpo and grpo from hidden states and the lm_head, unfused vs fused vs Liger-Kernel, at each
+V x H, default 32768x1024,151936x4096) and prints its Markdown tables.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sys
 from typing import Any
 
 DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
+DEFAULT_HEADS = "32768x1024,151936x4096"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -36,6 +43,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables instead of rich ones")
     parser.add_argument("--targets", action="store_true", help="print only the targets table (the JSON has all)")
+    parser.add_argument(
+        "--fused-linear",
+        nargs="?",
+        const=DEFAULT_HEADS,
+        default=None,
+        metavar="VxH,...",
+        help=f"run only the fused-linear section at these vocab x hidden sizes (default {DEFAULT_HEADS})",
+    )
+    parser.add_argument("--fused-tokens", default="8x32", help="BxT positions of the fused-linear section (8x32)")
+    parser.add_argument("--fused-chunk", default="32", help="positions per chunk of the fused-linear path (32)")
     parser.set_defaults(run=run)
 
 
@@ -127,7 +144,65 @@ def command_line(config, args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _pairs(option: str, text: str, usage_error) -> list[tuple[int, int]]:
+    pairs = []
+    for item in _items(text):
+        match = re.fullmatch(r"(\d+)x(\d+)", item)
+        if not match or min(int(match[1]), int(match[2])) < 1:
+            raise usage_error(f"{option}: expected comma-separated AxB with A, B >= 1, got {item!r}")
+        pairs.append((int(match[1]), int(match[2])))
+    if not pairs:
+        raise usage_error(f"{option}: expected at least one AxB")
+    return pairs
+
+
+def run_fused_linear_section(args: argparse.Namespace) -> int:
+    """``--fused-linear``: the section's tables, preceded by the command and the machine."""
+    import torch
+
+    from gmpo_plugins.bench.fused_linear import run_fused_linear, to_markdown
+    from gmpo_plugins.bench.runner import _machine
+    from gmpo_plugins.cli.errors import UsageError
+
+    heads = _pairs("--fused-linear", args.fused_linear, UsageError)
+    ((batch, length),) = _pairs("--fused-tokens", args.fused_tokens, UsageError)[:1]
+    chunk = _positive_int("--fused-chunk", args.fused_chunk, UsageError)
+    repeats = _positive_int("--repeats", args.repeats, UsageError)
+    if args.device not in ("cpu", "cuda") or (args.device == "cuda" and not torch.cuda.is_available()):
+        raise UsageError(f"--device: expected cpu, or cuda with a GPU, got {args.device!r}")
+    if args.threads is not None:
+        torch.set_num_threads(_positive_int("--threads", args.threads, UsageError))
+    if args.json is not None:
+        _check_writable(args.json, UsageError)
+    device = torch.device(args.device)
+    command = (
+        f"gmpo-plugins bench --fused-linear {','.join(f'{v}x{h}' for v, h in heads)} --fused-tokens {batch}x{length} "
+        f"--fused-chunk {chunk} --device {args.device} --repeats {repeats}"
+        + (f" --threads {torch.get_num_threads()}" if args.threads is not None else "")
+    )
+    result: dict[str, Any] = {"command": command, "machine": _machine(device)}
+    result.update(
+        run_fused_linear(
+            heads, batch, length, chunk, device, repeats,
+            progress=lambda message: print(f"bench: {message}", file=sys.stderr, flush=True),
+        )
+    )  # fmt: skip
+    machine = result["machine"]
+    print(f"`{command}`\n")
+    print(
+        f"Machine: {machine['processor']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
+        f"({machine['torch_threads']} threads), {machine.get('device_name', machine['device'])}\n"
+    )
+    print(to_markdown(result), end="")
+    if args.json is not None:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.fused_linear is not None:
+        return run_fused_linear_section(args)
     config = parse_config(args)
     from gmpo_plugins.bench import run_bench
     from gmpo_plugins.bench.report import print_rich, to_markdown

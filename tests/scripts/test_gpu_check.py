@@ -72,6 +72,10 @@ def test_dry_run_prints_the_steps_and_writes_nothing(tmp_path):
     assert f"bench --device cuda --repeats 20 --json {out}/bench-cuda.json --markdown > {out}/bench-cuda.md" in (
         result.stdout
     )
+    assert (
+        "bench --fused-linear --fused-tokens 8x2048 --fused-chunk 2048 --device cuda --repeats 5 "
+        f"--json {out}/bench-fused-linear.json > {out}/bench-fused-linear.md"
+    ) in result.stdout
     if not torch.cuda.is_available():
         assert "a real run would stop here, exit status 3" in result.stdout
     assert not out.exists()

@@ -29,7 +29,6 @@ def _build(tmp_path, loss="gmpo", loss_hparams=None, **config):
     [
         ({"loss_type": "grpo"}, "loss_type='grpo'"),
         ({"loss_type": "cispo"}, "loss_type='cispo'"),
-        ({"use_liger_kernel": True}, "use_liger_kernel=True"),
         ({"top_entropy_quantile": 0.2}, "top_entropy_quantile=0.2"),
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level='sequence'"),
         ({"delta": 2.0}, "delta=2.0"),

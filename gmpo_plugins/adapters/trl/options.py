@@ -18,7 +18,6 @@ GMPOTrainer ignores most of these, trl #6095/#6808):
     loss_type                  anything but the GRPOConfig default: the registry loss
                                replaces TRL's loss formulations (its default 'dapo' is
                                unused: GRPOConfig has no neutral value)
-    use_liger_kernel           Liger's fused GRPO loss bypasses _compute_loss
     top_entropy_quantile < 1   entropy masking of tokens
     importance_sampling_level  anything but 'token' (pick a sequence-level loss instead)
     delta                      INTELLECT-2 two-sided clip
@@ -27,7 +26,8 @@ GMPOTrainer ignores most of these, trl #6095/#6808):
     use_bias_correction_kl     when beta != 0: TRL multiplies its KL by the ratio; ours does not
     epsilon_high / beta        when the chosen loss has no eps_high / kl_beta
 
-Supported and translated elsewhere: vLLM importance-sampling correction (as
+Supported and translated elsewhere: ``use_liger_kernel=True`` (the loss then runs on the
+fused-linear path, ``trainer``), vLLM importance-sampling correction (as
 ``rollout_is_weights``), ``tool_mask``, ``mask_truncated_completions``, the MoE router
 auxiliary loss, gradient accumulation and data parallelism (``normalisation``).
 """
@@ -71,8 +71,6 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
             f"leave loss_type at its default {loss_type_default!r} and choose the loss with loss=... "
             "(e.g. loss='dapo', 'grpo', 'dr_grpo', 'gspo', 'gmpo')"
         )
-    if args.use_liger_kernel:
-        found.append("use_liger_kernel=True: not supported with registry losses; set use_liger_kernel=False")
     if args.top_entropy_quantile < 1.0:
         found.append(
             f"top_entropy_quantile={args.top_entropy_quantile}: entropy masking is not supported by registry "

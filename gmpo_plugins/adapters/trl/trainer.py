@@ -16,6 +16,13 @@ logging and checkpointing are inherited unchanged. Per micro-batch:
     loss         = get_loss(name)(LossInputs(...), trl_batch_info(...), **hparams).loss
                    (+ router_aux_loss_coef * aux_loss / G for MoE models, as GRPOTrainer)
 
+With ``use_liger_kernel=True`` (TRL's switch, which also applies Liger's layer kernels through
+transformers) the log-probs are not computed first: the backbone's last hidden states at the
+positions that predict the completion and the ``lm_head`` weight go to
+``gmpo_plugins.fused_linear_loss``, which calls the same registry loss without the
+(B, T, V) logits (``old`` missing: the current log-probs, detached, as above). The backbone is
+called on the unwrapped model, as TRL's own chunked losses do (``_get_last_hidden_state``).
+
 Hyper-parameters and refusals: ``options``; normalisation: ``normalisation``; metric
 names: ``metrics``. No loss math here.
 """
@@ -26,15 +33,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from accelerate.utils import is_peft_model
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metrics
 from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
-from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
+from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hparams_from_args
+from gmpo_plugins.core.fused_linear import fused_linear_loss
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.core.types import LossInputs
+from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 # Inputs GRPOTrainer forwards to the model next to input_ids/attention_mask (multimodal).
 FORWARD_KEYS = (
@@ -83,6 +92,11 @@ class RegistryGRPOTrainer(GRPOTrainer):
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        if args.use_liger_kernel and self.aux_loss_enabled:
+            raise UnsupportedTRLOptionError(
+                "use_liger_kernel=True with a MoE router auxiliary loss (output_router_logits): the fused-linear "
+                "path does not compute it; set use_liger_kernel=False"
+            )
 
     def _rollout_is_weights(self, inputs: Mapping[str, Any]) -> torch.Tensor | None:
         """TRL's vLLM importance-sampling ratio in the core's layout, or None."""
@@ -98,19 +112,6 @@ class RegistryGRPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
 
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in FORWARD_KEYS},
-        )
-        old_per_token_logps = inputs.get("old_per_token_logps")
-        if old_per_token_logps is None:
-            old_per_token_logps = per_token_logps.detach()
-
         mode = "train" if self.model.training else "eval"
         training = mode == "train"
         accumulation = self.current_gradient_accumulation_steps if training else 1
@@ -122,19 +123,35 @@ class RegistryGRPOTrainer(GRPOTrainer):
             steps_per_generation=self.args.steps_per_generation,
             training=training,
         )
-        out = self.loss_spec(
-            LossInputs(
-                log_probs=per_token_logps,
-                old_log_probs=old_per_token_logps,
-                advantages=inputs["advantages"],
-                mask=mask,
-                ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
-                rollout_is_weights=self._rollout_is_weights(inputs),
-            ),
-            batch,
-            validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
-            **self.loss_hparams,
-        )
+        if self.args.use_liger_kernel:
+            out, entropies = self._fused_linear_loss(model, inputs, input_ids, attention_mask, mask, batch)
+            aux_loss = None
+        else:
+            per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled,
+                **{key: inputs.get(key) for key in FORWARD_KEYS},
+            )
+            old_per_token_logps = inputs.get("old_per_token_logps")
+            if old_per_token_logps is None:
+                old_per_token_logps = per_token_logps.detach()
+            out = self.loss_spec(
+                LossInputs(
+                    log_probs=per_token_logps,
+                    old_log_probs=old_per_token_logps,
+                    advantages=inputs["advantages"],
+                    mask=mask,
+                    ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
+                    rollout_is_weights=self._rollout_is_weights(inputs),
+                ),
+                batch,
+                validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
+                **self.loss_hparams,
+            )
         loss = out.loss
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
@@ -142,5 +159,44 @@ class RegistryGRPOTrainer(GRPOTrainer):
 
         store = self._metrics[mode]
         store["entropy"].append(global_masked_mean(self.accelerator, entropies, mask))
-        log_loss_metrics(store, self.accelerator, out.metrics, mask, accumulation)
+        metrics = {key: value for key, value in out.metrics.items() if key != "entropy"}
+        log_loss_metrics(store, self.accelerator, metrics, mask, accumulation)
         return loss
+
+    def _fused_linear_loss(
+        self,
+        model: Any,
+        inputs: Mapping[str, Any],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mask: torch.Tensor,
+        batch: BatchInfo,
+    ) -> tuple[LossOutput, torch.Tensor]:
+        """The registry loss from the backbone's hidden states and the lm_head (module
+        docstring), and the (B, T) entropies."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        if is_peft_model(unwrapped):
+            unwrapped = unwrapped.base_model.model
+        forward = {key: inputs[key] for key in FORWARD_KEYS if inputs.get(key) is not None}
+        length = inputs["completion_ids"].size(1)
+        backbone = getattr(unwrapped, unwrapped.base_model_prefix)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **forward)
+        hidden = hidden.last_hidden_state[:, -length - 1 : -1]  # position t predicts completion token t
+        head = unwrapped.get_output_embeddings()
+        out = fused_linear_loss(
+            self.loss_spec,
+            hidden.to(head.weight.dtype),
+            head.weight,
+            inputs["completion_ids"],
+            inputs.get("old_per_token_logps"),
+            inputs["advantages"],
+            mask,
+            batch,
+            bias=head.bias,
+            ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
+            rollout_is_weights=self._rollout_is_weights(inputs),
+            temperature=self.temperature,
+            validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
+            **self.loss_hparams,
+        )
+        return out, out.entropy
