@@ -33,7 +33,7 @@ Half-precision inputs run the products in their dtype and everything after in fl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -152,8 +152,8 @@ class FusedLinearOutput(LossOutput):
     entropy    (B, T) detached entropies (0 outside the mask)
     """
 
-    log_probs: torch.Tensor | None = None
-    entropy: torch.Tensor | None = None
+    log_probs: torch.Tensor = field(kw_only=True)
+    entropy: torch.Tensor = field(kw_only=True)
 
 
 def _check(
