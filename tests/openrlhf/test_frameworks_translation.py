@@ -9,30 +9,12 @@ import pytest
 from gmpo_plugins.adapters.openrlhf.cli import parse_args
 from gmpo_plugins.adapters.openrlhf.options import plan_loss
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.frameworks.spec import spec_from_mapping
 from gmpo_plugins.frameworks.translate import openrlhf as translator
+from tests import run_specs
 
 
 def spec_in(tmp_path, **values):
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "prompts.jsonl").write_text('{"prompt": "say 1", "answer": "1"}\n')
-    (tmp_path / "reward.py").write_text("def reward(response, answer):\n    return 0.0\n")
-    raw = {
-        "model": "model",
-        "dataset": "prompts.jsonl",
-        "reward": "reward.py:reward",
-        "rollouts_per_prompt": 4,
-        "prompts_per_step": 4,
-        "mini_batch_size": 8,
-        "micro_batch_size": 2,
-        "epochs_per_batch": 2,
-        "steps": 5,
-        "seed": 7,
-        "max_prompt_length": 100,
-        "max_response_length": 28,
-        **values,
-    }
-    return spec_from_mapping(raw, tmp_path)
+    return run_specs.spec_in(tmp_path, **{"max_prompt_length": 100, "max_response_length": 28, **values})
 
 
 @pytest.mark.parametrize(

@@ -9,28 +9,8 @@ from skyrl.train.config import SkyRLTrainConfig
 
 from gmpo_plugins.adapters.skyrl.options import hparams_from_config
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.frameworks.spec import spec_from_mapping
 from gmpo_plugins.frameworks.translate import skyrl as translator
-
-
-def spec_in(tmp_path, **values):
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "prompts.jsonl").write_text('{"prompt": "say 1", "answer": "1"}\n')
-    (tmp_path / "reward.py").write_text("def reward(response, answer):\n    return 0.0\n")
-    raw = {
-        "model": "model",
-        "dataset": "prompts.jsonl",
-        "reward": "reward.py:reward",
-        "rollouts_per_prompt": 4,
-        "prompts_per_step": 4,
-        "mini_batch_size": 8,
-        "micro_batch_size": 2,
-        "epochs_per_batch": 2,
-        "steps": 5,
-        "seed": 7,
-        **values,
-    }
-    return spec_from_mapping(raw, tmp_path)
+from tests.run_specs import spec_in
 
 
 @pytest.mark.parametrize(

@@ -17,19 +17,17 @@ from trl import GRPOConfig
 
 from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.frameworks.spec import load_spec, spec_from_mapping
+from gmpo_plugins.frameworks.spec import load_spec
 from gmpo_plugins.frameworks.translate import trl as translator
+from tests import run_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "frameworks"
 
 
 def spec_in(tmp_path, **values):
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "prompts.jsonl").write_text('{"prompt": "say 1", "answer": "1"}\n')
-    (tmp_path / "reward.py").write_text("def reward(response, answer):\n    return 0.0\n")
-    raw = {"model": "model", "dataset": "prompts.jsonl", "reward": "reward.py:reward", "mini_batch_size": 8, **values}
-    return spec_from_mapping(raw, tmp_path)
+    """The spec's own batch defaults, in mini-batches of 8."""
+    return run_specs.spec_in(tmp_path, batches={"mini_batch_size": 8}, **values)
 
 
 @pytest.mark.parametrize(

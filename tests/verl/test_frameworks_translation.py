@@ -12,30 +12,10 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 from gmpo_plugins.adapters.verl import check_policy_loss
 from gmpo_plugins.adapters.verl.options import hparams_from_config
 from gmpo_plugins.core.registry import get_loss
-from gmpo_plugins.frameworks.spec import spec_from_mapping
 from gmpo_plugins.frameworks.translate import verl as translator
+from tests.run_specs import spec_in
 
 from .engine import VERL_CONFIG_DIR
-
-
-def spec_in(tmp_path, **values):
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "prompts.jsonl").write_text('{"prompt": "say 1", "answer": "1"}\n')
-    (tmp_path / "reward.py").write_text("def reward(response, answer):\n    return 0.0\n")
-    raw = {
-        "model": "model",
-        "dataset": "prompts.jsonl",
-        "reward": "reward.py:reward",
-        "rollouts_per_prompt": 4,
-        "prompts_per_step": 4,
-        "mini_batch_size": 8,
-        "micro_batch_size": 2,
-        "epochs_per_batch": 2,
-        "steps": 5,
-        "seed": 7,
-        **values,
-    }
-    return spec_from_mapping(raw, tmp_path)
 
 
 def composed(spec, out):
