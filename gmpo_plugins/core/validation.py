@@ -122,12 +122,12 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
     """Raise ValueError/TypeError naming the bad field of ``batch``.
 
     Without reading a tensor: ``dp_size`` an int >= 1; a count given as a Python number
-    finite and > 0, ``global_batch_size`` a whole number; a tensor count one element, not
-    bool. With ``values`` (which synchronises): tensor counts finite and > 0, a tensor
-    ``global_batch_size`` a whole number too.
-    ``global_num_tokens`` may be fractional, and neither count is compared with the
-    micro-batch's own: adapters pass rescaled counts (OpenRLHF per-accumulation-step
-    averages, SkyRL unit counts with pre-scaled advantages) that may legitimately be smaller.
+    finite and > 0; a tensor count one element, not bool. With ``values`` (which
+    synchronises): tensor counts finite and > 0.
+    Both counts may be fractional, as a Python number or a tensor alike, and neither is
+    compared with the micro-batch's own: adapters pass rescaled counts (OpenRLHF the step's
+    count divided by its accumulation steps, 7 sequences over 2 steps = 3.5; SkyRL unit
+    counts with pre-scaled advantages) that may legitimately be smaller or not whole.
     A missing count with ``dp_size > 1`` is refused by the reduction that needs it
     (``reduce.require_global_count``).
     """
@@ -144,14 +144,8 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
                 raise ValueError(f"batch.{name}: expected a one-element real tensor, got {value!r}")
             if not values:
                 continue
-            whole = value == value.round() if name == "global_batch_size" else torch.ones((), dtype=torch.bool)
-            finite, integral = torch.stack((torch.isfinite(value).all() & (value > 0).all(), whole.all())).tolist()
-            if not finite:
+            if not bool(torch.isfinite(value).all() & (value > 0).all()):
                 raise ValueError(f"batch.{name}: expected a finite count > 0, got {value!r}")
-            if not integral:
-                raise ValueError(f"batch.{name}: expected a whole number of sequences, got {value!r}")
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"batch.{name}: expected a finite number > 0 or None, got {value!r}")
-        if name == "global_batch_size" and not float(value).is_integer():
-            raise ValueError(f"batch.{name}: expected a whole number of sequences, got {value!r}")

@@ -366,8 +366,8 @@ def test_data_parallel_without_global_counts_is_refused(name, field):
         # inf would give a zero loss and gradient
         (BatchInfo(global_batch_size=float("inf")), "finite number > 0"),
         (BatchInfo(global_batch_size=torch.tensor(float("inf"))), "finite count > 0"),
-        (BatchInfo(global_batch_size=4.5), "whole number"),
-        (BatchInfo(global_batch_size=torch.tensor(2.5)), "whole number"),  # as the Python float
+        (BatchInfo(global_batch_size=0.0), "finite number > 0"),
+        (BatchInfo(global_batch_size=torch.tensor(-2.0)), "finite count > 0"),
     ],
 )
 def test_global_counts_are_checked(info, message):
@@ -379,13 +379,26 @@ def test_global_counts_are_checked(info, message):
         get_loss("gmpo")(inputs, info)
 
 
-@pytest.mark.parametrize("count", [4, 4.0, torch.tensor(4), torch.tensor(4.0)])
-def test_whole_counts_are_accepted_as_numbers_and_tensors(count):
+@pytest.mark.parametrize(
+    "count, loss",
+    # 4 sequences with A = 1 and ratio 1: each L_i = -1, loss = sum_i L_i / count = -4 / count. A count
+    # that is not whole is what OpenRLHF passes (the step's sequences over its accumulation steps,
+    # e.g. 7 / 2 = 3.5), as a tensor; the Python number is accepted alike
+    [
+        (4, -1.0),
+        (4.0, -1.0),
+        (torch.tensor(4), -1.0),
+        (torch.tensor(4.0), -1.0),
+        (2.5, -1.6),
+        (torch.tensor(2.5), -1.6),
+    ],
+)
+def test_counts_are_accepted_as_numbers_and_tensors(count, loss):
     log_probs = torch.zeros(4, 2, dtype=torch.float64, requires_grad=True)
     inputs = LossInputs(
         log_probs, log_probs.detach(), torch.ones(4, dtype=torch.float64), torch.ones(4, 2, dtype=torch.bool)
     )
-    assert get_loss("gmpo")(inputs, BatchInfo(global_batch_size=count)).loss.item() == pytest.approx(-1.0)
+    assert get_loss("gmpo")(inputs, BatchInfo(global_batch_size=count)).loss.item() == pytest.approx(loss)
 
 
 @pytest.mark.parametrize(
