@@ -58,13 +58,6 @@ nox.options.error_on_missing_interpreters = True
 WARNINGS_REPORTED = ("-W", "default")
 
 
-def install(session: nox.Session, *args: str, **kwargs) -> None:
-    """``session.install`` without byte-compiling what pip installs (``--no-compile``): pip compiles
-    every file of every package (torch alone: 2,284 files, three quarters of its install time here),
-    while a test run imports a fraction of them, which Python compiles on first import."""
-    session.install("--no-compile", *args, **kwargs)
-
-
 def release_virtualenv(session: nox.Session) -> None:
     """Remove the session's virtualenv, unless nox reuses virtualenvs in this run (-r, -R,
     --reuse-venv) or only installs (--install-only: `session.run` returns None without running)."""
@@ -91,9 +84,9 @@ def session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None
 @session
 def core(session: nox.Session) -> None:
     """Losses, registry, CLI, the run spec and its translations (gmpo-plugins frameworks): no framework installed."""
-    install(session, TORCH)
-    install(session, "-e", ".[test,report]")
-    install(session, "./tests/plugins/example_plugin")
+    session.install(TORCH)
+    session.install("-e", ".[test,report]")
+    session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/core", "tests/cli", "tests/scripts", "tests/frameworks", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     bench_json = f"{session.create_tmp()}/bench.json"
@@ -116,8 +109,8 @@ def kernels(session: nox.Session) -> None:
     """The Triton kernels of core/kernels against the eager oracle, and torch.compile over
     their custom operators, in Triton's CPU interpreter (TRITON_INTERPRET=1; on a CUDA
     machine scripts/gpu_check.sh runs them without it)."""
-    install(session, TORCH)
-    install(session, "-e", ".[test]", "triton")
+    session.install(TORCH)
+    session.install("-e", ".[test]", "triton")
     session.run(
         "pytest",
         "tests/core/test_kernels.py",
@@ -139,8 +132,8 @@ def trl(session: nox.Session) -> None:
     """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
     `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported).
     liger-kernel: TRL's use_liger_kernel switch requires it installed (its layer kernels stay off on CPU)."""
-    install(session, TORCH)
-    install(session, "-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5")
+    session.install(TORCH)
+    session.install("-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5")
     session.run("pytest", "tests/trl", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
@@ -151,9 +144,9 @@ def verl(session: nox.Session) -> None:
     """verl adapter: entry-point registration (also in a Ray worker), config translation,
     verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
     `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported)."""
-    install(session, TORCH)
-    install(session, "-e", ".[test]", *VERL_REQUIREMENTS)
-    install(session, "./tests/plugins/example_plugin")
+    session.install(TORCH)
+    session.install("-e", ".[test]", *VERL_REQUIREMENTS)
+    session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
@@ -167,8 +160,8 @@ def verl_e2e(session: nox.Session) -> None:
     `gmpo-plugins frameworks` on the example spec (TRL's side only where a TRL virtualenv is
     found: TRL and verl 0.9.1 cannot share one). Stand-ins for the GPU parts:
     examples/verl_cpu. cachetools: verl's rollout router."""
-    install(session, TORCH)
-    install(session, "-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn", "cachetools")
+    session.install(TORCH)
+    session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn", "cachetools")
     # pytest's default basetemp (/tmp/pytest-of-<user>) keeps only the last three sessions of
     # the user: on a shared machine another session can delete the runs' files mid-test
     basetemp = os.path.join(session.virtualenv.location, "pytest-tmp")
@@ -224,18 +217,17 @@ def _install_openrlhf(session: nox.Session) -> None:
     """CPU install of openrlhf 0.11.2: openrlhf without its dependencies, then those with torch
     held at TORCH, then flash-attn's Python sources only (no CUDA build), then this project.
     Never install triton here (OpenRLHF would take its Triton cross-entropy path)."""
-    install(session, TORCH)
-    install(session, "--no-deps", OPENRLHF)
+    session.install(TORCH)
+    session.install("--no-deps", OPENRLHF)
     constraints = torch_constraint(session)
-    install(session, "-c", constraints, *OPENRLHF_REQUIREMENTS)
-    install(
-        session,
+    session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
+    session.install(
         "--no-build-isolation",
         "--no-deps",
         "flash-attn==2.8.3",
         env={"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
     )
-    install(session, "-c", constraints, "-e", ".[test]")
+    session.install("-c", constraints, "-e", ".[test]")
 
 
 DEEPSPEED_CPU_OPS = (
@@ -296,10 +288,10 @@ def skyrl(session: nox.Session) -> None:
     tests/skyrl/shims (on PYTHONPATH for the tests and parity only) lets skyrl 0.3.0 import
     on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
     """
-    install(session, TORCH)
+    session.install(TORCH)
     constraints = torch_constraint(session)
-    install(session, "-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
-    install(session, "-c", constraints, "-e", ".[test]")
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
+    session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
@@ -321,10 +313,10 @@ def skyrl_e2e(session: nox.Session) -> None:
     Same install as the skyrl session plus SKYRL_TRAINER_REQUIREMENTS; examples/skyrl_cpu stands
     in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings).
     """
-    install(session, TORCH)
+    session.install(TORCH)
     constraints = torch_constraint(session)
-    install(session, "-c", constraints, SKYRL, *SKYRL_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
-    install(session, "-c", constraints, "-e", ".[test]")
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
+    session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     env = {"PYTHONPATH": shims}
     session.run("pytest", "tests/skyrl_e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
@@ -354,8 +346,8 @@ def compare(session: nox.Session) -> None:
     """The README's main job: GMPO vs GRPO through the core on the toy task over several seeds,
     report in a new folder ./gmpo-report/<UTC time> (so no earlier report is touched);
     arguments after `--` go to the command (`nox -s compare -- --seeds 1 --steps 10`)."""
-    install(session, TORCH)
-    install(session, "-e", ".[compare]", TRANSFORMERS)
+    session.install(TORCH)
+    session.install("-e", ".[compare]", TRANSFORMERS)
     out = os.path.join("gmpo-report", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
     session.run("gmpo-plugins", "compare", "--out", out, *session.posargs)
 
@@ -365,8 +357,8 @@ def compare_tests(session: nox.Session) -> None:
     """tests/compare (tasks, statistics, rollout, 2-step runs, report folder, subprocess runner,
     parity, bad input),
     then `gmpo-plugins parity` on what is installed here (the core)."""
-    install(session, TORCH)
-    install(session, "-e", ".[compare,test]", TRANSFORMERS)
+    session.install(TORCH)
+    session.install("-e", ".[compare,test]", TRANSFORMERS)
     session.run("pytest", "tests/compare", *session.posargs)
     session.run("gmpo-plugins", "parity")
 
@@ -376,8 +368,8 @@ def lint(session: nox.Session) -> None:
     """Static checks, no test run: ruff (E,F,W,I,B,UP,BLE and Google-style docstrings, D),
     `ruff format --check`, mypy (strict for gmpo_plugins.core), and the docs site with
     `mkdocs build --strict` (adapters' docstrings rendered by mkdocstrings)."""
-    install(session, TORCH)
-    install(session, "-e", ".", RUFF, MYPY, *DOCS)
+    session.install(TORCH)
+    session.install("-e", ".", RUFF, MYPY, *DOCS)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
@@ -400,7 +392,7 @@ def dist(session: nox.Session) -> None:
        resolves with `pip install --dry-run`) and, once the wheel's [verl] extra is installed
        at VERL_REQUIREMENTS, `verl` (a plain `import verl` resolves loss_mode=gmpo).
     """
-    install(session, "build", "twine", "cffconvert", "tomli; python_version < '3.11'")
+    session.install("build", "twine", "cffconvert", "tomli; python_version < '3.11'")
     session.run("cffconvert", "--validate", "--infile", "CITATION.cff")
     tmp = session.create_tmp()
     dist_dir = os.path.join(tmp, "dist")
@@ -420,7 +412,7 @@ def dist(session: nox.Session) -> None:
     session.run("python", "-m", "venv", "--clear", venv)
     python = os.path.join(venv, "bin", "python")
     constraints = torch_constraint(session)
-    pip_install = (python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", constraints)
+    pip_install = (python, "-m", "pip", "install", "--quiet", "-c", constraints)
     session.run(*pip_install, wheel, external=True)
     session.run(python, "tests/packaging/check_install.py", "core", external=True)
     session.run(python, "tests/packaging/check_install.py", "extras", wheel, constraints, external=True)
