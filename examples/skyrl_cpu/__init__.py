@@ -4,8 +4,8 @@ of the gmpo-plugins package). Each replaces one piece that needs CUDA or vLLM:
     workers            FSDP policy/ref workers on gloo and a CPU mesh, no CUDA calls
                        (RayPPOTrainer.build_models' worker classes; a few torch.cuda patches)
     engine             HF inference engine (Ray actor), SkyRL inference-client interface and a
-                       seeded one-turn generator (BasePPOExp.get_inference_client/get_generator)
-    seeded_generation  framework-free seeded sampling (prompt text + sample index -> seed)
+                       seeded one-turn generator (BasePPOExp.get_inference_client/get_generator),
+                       sampling with examples/seeded_generation.py
     shims/vllm         vLLM's NCCLWeightTransferEngine, trainer side, carrying weights over Ray
     shims/flash_attn   the padding helpers skyrl's model wrapper imports at module level
     experiment         BasePPOExp with those hooks; records the logged metrics

@@ -13,7 +13,8 @@ weights themselves arrive through SkyRL's own ``BroadcastWeightTransferSender`` 
 ``HFEngine.load_weights``.
 
 ``HFEngine`` is a named Ray actor holding a Hugging Face model in float32; it samples with
-``seeded_generation.seeded_sample`` (seed from the prompt text and the sample index) and counts
+``seeded_generation.seeded_sample`` (examples/; seed from the prompt's token ids and the sample
+index, the function every CPU rollout stand-in shares) and counts
 the weight versions it received.
 
 ``SeededGenerator`` (``BasePPOExp.get_generator``) stands in for ``SkyRLGymGenerator``: one turn
@@ -28,11 +29,10 @@ from typing import Any
 
 import ray
 import torch
+from seeded_generation import seeded_sample
 from skyrl.backends.skyrl_train.inference_servers.base import InferenceEngineInterface
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
 from vllm.distributed.weight_transfer.nccl_engine import ENGINE_ACTOR
-
-from skyrl_cpu.seeded_generation import seeded_sample
 
 
 class HFEngine:
@@ -45,9 +45,9 @@ class HFEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
         self.version = 0
 
-    def generate(self, requests: list[tuple[list[int], str, int]], params: dict[str, Any]) -> list[Any]:
-        """One ``Sample`` per ``(prompt_ids, prompt_text, sample_index)``."""
-        return [seeded_sample(self.model, ids, text, index, **params) for ids, text, index in requests]
+    def generate(self, requests: list[tuple[list[int], int]], params: dict[str, Any]) -> list[Any]:
+        """One ``Sample`` per ``(prompt_ids, sample_index)``."""
+        return [seeded_sample(self.model, ids, index, **params) for ids, index in requests]
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> int:
         """Load a full state dict (every parameter by name); returns the new weight version."""
@@ -87,7 +87,7 @@ class CPUInferenceClient(InferenceEngineInterface):
     def model_name(self) -> str:
         return self._model_name
 
-    async def sample(self, requests: list[tuple[list[int], str, int]], params: dict[str, Any]) -> list[Any]:
+    async def sample(self, requests: list[tuple[list[int], int]], params: dict[str, Any]) -> list[Any]:
         """Seeded samples from the engine (see ``HFEngine.generate``)."""
         return await asyncio.wrap_future(self.engine.generate.remote(requests, params).future())
 
@@ -178,11 +178,11 @@ class SeededGenerator(GeneratorInterface):
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             index = trajectory_ids[i].repetition_id if trajectory_ids else 0
-            requests.append((ids, text, index))
+            requests.append((ids, index))
         samples = await self.client.sample(requests, params)
         responses = [sample.token_ids for sample in samples]
         return {
-            "prompt_token_ids": [ids for ids, _, _ in requests],
+            "prompt_token_ids": [ids for ids, _ in requests],
             "response_ids": responses,
             "rewards": [digit_reward(self.tokenizer, response) for response in responses],
             "loss_masks": [[1] * len(response) for response in responses],

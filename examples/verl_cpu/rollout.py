@@ -17,11 +17,11 @@ there. After each actor update verl hands it the actor's full weights (``update_
 a collective over the FSDP ranks: every rank consumes the generator); the first rank of each
 rollout group sends them to its server.
 
-Reproducible rollouts: each request is sampled with a seed derived from its prompt tokens,
-its request id and the weight version (the trainer's global step). With
-``actor_rollout_ref.rollout.full_determinism=true`` verl's agent loop names each request after
-its position in the batch (``det-<index>``), so two runs that differ only in how the actor
-splits the batch generate identical responses.
+Reproducible rollouts: each request is sampled by ``seeded_generation.seeded_sample`` (examples/),
+seeded from its prompt's token ids and its index among the samples of that prompt since the
+last weight update, the function every CPU rollout stand-in shares: two runs that differ only
+in how the actor splits the batch, and two frameworks holding the same weights, draw the same
+responses for each prompt.
 
 Optional: with ``VERL_CPU_SAVE_WEIGHTS=<dir>`` in the environment of verl's task runner (the
 process that launches the servers) each server saves every weight version it receives to
@@ -31,13 +31,13 @@ initial model), for tests that compare parameters between runs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Generator
 from typing import Any
 
 import ray
 import torch
+from seeded_generation import SampleIndex, seeded_sample
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
@@ -49,12 +49,6 @@ SAVE_WEIGHTS_ENV = "VERL_CPU_SAVE_WEIGHTS"
 def server_name(replica_rank: int) -> str:
     """Ray actor name of a replica's server (the worker-side adapter finds it by name)."""
     return f"{NAME}_server_{replica_rank}"
-
-
-def request_seed(prompt_ids: list[int], request_id: str, version: int) -> int:
-    """A 63-bit seed from the request's prompt tokens, its id and the weight version."""
-    digest = hashlib.sha256(f"{version}|{request_id}|{','.join(map(str, prompt_ids))}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 class HFRolloutServer:
@@ -77,6 +71,7 @@ class HFRolloutServer:
         self.replica_rank = replica_rank
         self.save_dir = save_dir
         self.version = 0
+        self.sample_index = SampleIndex()
 
     def generate(
         self,
@@ -89,44 +84,20 @@ class HFRolloutServer:
     ) -> TokenOutput:
         """Sample one response; returns its token ids and their log-probs under the sampling
         distribution (temperature and top-p/top-k applied), as verl's vLLM server does."""
-        temperature = float(sampling_params.get("temperature", 1.0))
-        greedy = temperature <= 0
-        options: dict[str, Any] = {"do_sample": not greedy}
-        if not greedy:
-            top_k = int(sampling_params.get("top_k", -1))
-            options.update(
-                temperature=temperature,
-                top_p=float(sampling_params.get("top_p", 1.0)),
-                top_k=top_k if top_k > 0 else None,
-            )
         max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 0)
         max_new = min(max_new, self.response_length) if max_new > 0 else self.response_length
-        torch.manual_seed(request_seed(prompt_ids, request_id, self.version))
-        inputs = torch.tensor([prompt_ids])
-        with torch.no_grad():
-            out = self.model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=max_new,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=self.model.generation_config.pad_token_id,
-                **options,
-            )
-        tokens = out.sequences[0, inputs.shape[1] :]
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
-        length = len(tokens)
-        for k, token in enumerate(tokens.tolist()):
-            if token in eos_ids:
-                length = k + 1
-                break
-        tokens = tokens[:length]
-        scores = torch.stack(out.scores[:length])[:, 0]  # (length, vocab): processed logits
-        log_probs = torch.log_softmax(scores.float(), dim=-1).gather(-1, tokens[:, None])[:, 0]
+        sample = seeded_sample(
+            self.model,
+            prompt_ids,
+            self.sample_index.next(prompt_ids),
+            max_new,
+            temperature=float(sampling_params.get("temperature", 1.0)),
+            top_k=int(sampling_params.get("top_k", -1)),
+            top_p=float(sampling_params.get("top_p", 1.0)),
+        )
         return TokenOutput(
-            token_ids=tokens.tolist(),
-            log_probs=log_probs.tolist(),
+            token_ids=sample.token_ids,
+            log_probs=sample.logprobs,
             stop_reason="completed",
             extra_fields={"global_steps": self.version},
         )
@@ -134,6 +105,7 @@ class HFRolloutServer:
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int | None) -> None:
         """Take the actor's weights (full tensors, Hugging Face names)."""
         self.model.load_state_dict(state_dict, strict=True)
+        self.sample_index.reset()
         if version is not None:
             self.version = int(version)
         if self.save_dir:

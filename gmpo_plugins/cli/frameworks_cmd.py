@@ -110,7 +110,7 @@ def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> i
 
     try:  # every interpreter is found, and every launch placed, before any trainer starts
         pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
-        locals_ = [plan_local(launch, pythons[launch.framework]) for launch in launches]
+        locals_ = [plan_local(launch, pythons[launch.framework], out / launch.framework) for launch in launches]
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
     runs = []
@@ -132,6 +132,6 @@ def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> i
         for local in locals_:  # the Ray folders of runs that never started
             if local.ray_dir is not None:
                 shutil.rmtree(local.ray_dir, ignore_errors=True)
-    complete = write_report(out, args.spec, runs, launches)
+    complete = write_report(out, args.spec, spec, runs, launches)
     print(f"report: {out / 'report.md'}" + ("" if complete else " (incomplete)"))
     return status or (0 if complete else 1)

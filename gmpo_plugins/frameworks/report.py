@@ -1,6 +1,7 @@
-"""The report of a run: ``report.md`` (status, ``steps.png`` with one line per framework per
-metric, a per-step table per metric, differences) and ``records.json`` (every framework's
-records, in the ``metrics`` vocabulary).
+"""The report of a run: ``report.md`` (status, the first update compared between every pair of
+frameworks, ``steps.png`` with one line per framework per metric, a per-step table per metric,
+differences) and ``records.json`` (every framework's records, in the ``metrics`` vocabulary, and
+the first-update comparisons).
 
 A framework whose trainer failed or was stopped is listed as incomplete with the end of its
 output; the other frameworks' results are kept. The report is marked incomplete when any
@@ -15,10 +16,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from gmpo_plugins.frameworks.first_update import (
+    TOLERANCE,
+    FirstUpdateError,
+    PairComparison,
+    compare_pair,
+    initial_parameters,
+)
 from gmpo_plugins.frameworks.launch import Launch
 from gmpo_plugins.frameworks.metrics import VOCABULARY
 from gmpo_plugins.frameworks.plots import write_plot
 from gmpo_plugins.frameworks.runner import FrameworkRun
+from gmpo_plugins.frameworks.spec import RunSpec
 
 
 def _value(record: dict[str, float] | None, name: str) -> str:
@@ -51,7 +60,72 @@ def _plot_line(out: Path, runs: Sequence[FrameworkRun]) -> str:
     return "(no plot: no metrics)" if name is None else f"![one line per framework per metric]({name})"
 
 
-def write_report(out: Path, spec_path: str, runs: Sequence[FrameworkRun], launches: Sequence[Launch]) -> bool:
+def first_updates(
+    spec: RunSpec, runs: Sequence[FrameworkRun], launches: Sequence[Launch]
+) -> tuple[list[PairComparison], str]:
+    """Every pair of complete runs that left their first update, compared (``first_update``),
+    and why none could be compared ("" when some were)."""
+    saved = {run.framework: (run.first_update, run.records) for run in runs if run.complete and run.first_update}
+    names = [run.framework for run in runs if run.framework in saved]
+    if len(names) < 2:
+        return [], "fewer than two complete runs left their parameters after the first update (the CPU stand-ins do)"
+    by_name = {launch.framework: launch for launch in launches}
+    try:
+        initial = initial_parameters(spec.model)
+        pairs = [
+            compare_pair(initial, saved, by_name, first, second, spec.dtype)
+            for i, first in enumerate(names)
+            for second in names[i + 1 :]
+        ]
+    except FirstUpdateError as exc:
+        return [], f"not compared: {exc}"
+    return pairs, ""
+
+
+def _verdict(pair: PairComparison) -> str:
+    if pair.identical is None:
+        return "no verdict (the tolerance holds for float32)"
+    return "identical" if pair.identical else "DIFFERENT"
+
+
+def _rewards(pair: PairComparison) -> str:
+    first, second = pair.rewards
+    if pair.same_rewards is None:
+        return "not logged"
+    return f"{first:.6g}" if pair.same_rewards else f"differ: {first:.6g} / {second:.6g}"
+
+
+def _explanation(pair: PairComparison) -> str:
+    if pair.identical is not False:
+        return ""
+    return "; ".join(pair.causes) if pair.causes else "none of the named behaviours differs: unexplained"
+
+
+def first_update_lines(pairs: Sequence[PairComparison], why_not: str) -> list[str]:
+    """The report's first-update section (``first_update``)."""
+    lines = ["", "## First update", ""]
+    if not pairs:
+        return [*lines, f"({why_not})"]
+    lines += [
+        "Largest parameter difference after the first optimiser step, over the largest update "
+        f"(float32 tolerance {TOLERANCE:g}; `gmpo_plugins.frameworks.first_update`). Where two frameworks "
+        "differ, the behaviours of theirs that reach the first step and differ are named.",
+        "",
+        "| frameworks | max rel. difference | tolerance | verdict | step-1 reward | named behaviours that differ |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pair in pairs:
+        tolerance = "" if pair.tolerance is None else f"{pair.tolerance:g}"
+        lines.append(
+            f"| {pair.first} / {pair.second} | {pair.rel:.2e} | {tolerance} | {_verdict(pair)} | "
+            f"{_rewards(pair)} | {_explanation(pair)} |"
+        )
+    return lines
+
+
+def write_report(
+    out: Path, spec_path: str, spec: RunSpec, runs: Sequence[FrameworkRun], launches: Sequence[Launch]
+) -> bool:
     """Write ``report.md`` and ``records.json`` under ``out``; True when every run is complete."""
     complete = all(run.complete for run in runs) and len(runs) == len(launches)
     ran = {run.framework for run in runs}
@@ -67,6 +141,8 @@ def write_report(out: Path, spec_path: str, runs: Sequence[FrameworkRun], launch
     for launch in launches:
         if launch.framework not in ran:
             lines.append(f"| {launch.framework} | incomplete: not run (interrupted) | | 0 | |")
+    pairs, why_not = first_updates(spec, runs, launches)
+    lines += first_update_lines(pairs, why_not)
     lines += ["", "## Per step", "", _plot_line(out, runs), "", step_tables(runs) or "(no metrics)"]
     lines += ["", "## Differences the spec cannot remove"]
     for launch in launches:
@@ -81,5 +157,16 @@ def write_report(out: Path, spec_path: str, runs: Sequence[FrameworkRun], launch
     records = {
         run.framework: {"complete": run.complete, "standins": run.standins, "records": run.records} for run in runs
     }
-    (out / "records.json").write_text(json.dumps(records, indent=1) + "\n")
+    comparisons = [
+        {
+            "frameworks": [pair.first, pair.second],
+            "rel": pair.rel,
+            "tolerance": pair.tolerance,
+            "identical": pair.identical,
+            "step_one_rewards": list(pair.rewards),
+            "causes": list(pair.causes),
+        }
+        for pair in pairs
+    ]
+    (out / "records.json").write_text(json.dumps({"runs": records, "first_update": comparisons}, indent=1) + "\n")
     return complete

@@ -9,7 +9,8 @@ in the launch is replaced by it), as the leader of a session of its own, with th
 process group and the run is marked incomplete; Ctrl-C does the same, then re-raises. Whatever
 a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts in process
 groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
-Metrics are read back from what the trainer logged (``metrics``).
+Metrics are read back from what the trainer logged (``metrics``), and the parameters after the
+first optimiser step from where the stand-ins left them (``standins``, ``first_update``).
 
 Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is) and ``verl`` (on a GPU, or
 with the CPU stand-ins of ``examples/verl_cpu``: ``standins``). OpenRLHF and SkyRL are
@@ -45,8 +46,9 @@ class RunnerError(Exception):
 
 @dataclass
 class FrameworkRun:
-    """What one framework's run left: ``complete`` or not, why not, its per-step records, and
-    the stand-ins it ran with ("" for none)."""
+    """What one framework's run left: ``complete`` or not, why not, its per-step records, the
+    stand-ins it ran with ("" for none) and the file with its parameters after the first
+    optimiser step ("" for none)."""
 
     framework: str
     complete: bool
@@ -54,6 +56,7 @@ class FrameworkRun:
     records: list[dict[str, float]] = field(default_factory=list)
     failure: str = ""
     standins: str = ""
+    first_update: str = ""
 
 
 def framework_python(framework: str) -> str:
@@ -72,10 +75,10 @@ def framework_python(framework: str) -> str:
     return runner.python or sys.executable
 
 
-def plan_local(launch: Launch, python: str) -> LocalLaunch:
-    """``launch`` as it runs here (``standins.local_launch``); RunnerError otherwise."""
+def plan_local(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+    """``launch`` as it runs here, in ``folder`` (``standins.local_launch``); RunnerError otherwise."""
     try:
-        return local_launch(launch, python)
+        return local_launch(launch, python, folder)
     except StandinsError as exc:
         raise RunnerError(str(exc)) from None
 
@@ -181,7 +184,8 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
     except (OSError, ValueError, KeyError) as exc:
         failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
         return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
-    return FrameworkRun(launch.framework, True, seconds, records=records, standins=local.standins)
+    first_update = local.first_update if local.first_update and Path(local.first_update).is_file() else ""
+    return FrameworkRun(launch.framework, True, seconds, records, standins=local.standins, first_update=first_update)
 
 
 def read_records(spec: RunSpec, local: LocalLaunch, folder: Path) -> list[dict[str, float]]:

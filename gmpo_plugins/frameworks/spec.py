@@ -16,6 +16,7 @@ relative to the spec's folder::
     epochs_per_batch = 1                  # passes over each rollout batch
     optimizer = "adamw"                   # adamw | sgd
     learning_rate = 1e-6                  # constant, no warm-up
+    adam_eps = 1e-8                       # AdamW's epsilon (adamw only)
     weight_decay = 0.0
     max_grad_norm = 1.0                   # gradient-norm clip
     max_prompt_length = 512               # tokens
@@ -91,6 +92,7 @@ class RunSpec:
     epochs_per_batch: int = 1
     optimizer: str = "adamw"
     learning_rate: float = 1e-6
+    adam_eps: float = 1e-8
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     max_prompt_length: int = 512
@@ -133,7 +135,7 @@ INTS = {
     "steps": 1,
     "seed": 0,
 }  # name -> smallest value
-POSITIVE_FLOATS = ("learning_rate", "max_grad_norm", "temperature")
+POSITIVE_FLOATS = ("learning_rate", "adam_eps", "max_grad_norm", "temperature")
 NON_NEGATIVE_FLOATS = ("weight_decay", "kl_coef")
 CHOICES = {"optimizer": OPTIMIZERS, "dtype": DTYPES, "kl_estimator": KL_ESTIMATORS}
 
@@ -261,6 +263,8 @@ def spec_from_mapping(raw: Mapping[str, Any], base: Path) -> RunSpec:
     if missing:
         raise SpecError(f"{missing[0]}: missing (required keys: {', '.join(REQUIRED)})")
     _check_types(raw)
+    if "adam_eps" in raw and raw.get("optimizer", "adamw") != "adamw":
+        raise SpecError(f'adam_eps: applies to optimizer = "adamw" only, not {raw["optimizer"]!r}')
     values = dict(raw)
     values["model"] = _path("model", raw["model"], base, folder=True)
     if "tokenizer" in raw:

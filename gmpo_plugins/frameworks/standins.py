@@ -8,11 +8,21 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
                trainer with the stand-ins of                  folder (``ray_dir``), so that every
                ``examples/verl_cpu`` (CPU platform, gloo      process the run leaves can be
                process group, HF-generate rollout server)     found and ended
-    trl        nothing: TRL's GRPOTrainer runs on CPU as it is
+    trl        ``python3 -m trl_cpu SCRIPT``: TRL's own
+               GRPOTrainer (it runs on CPU as it is) with
+               the seeded ``rollout_func`` of
+               ``examples/trl_cpu``
+
+Every CPU rollout stand-in samples with ``examples/seeded_generation.py`` (seed from the prompt's
+token ids and the sample's index for that prompt), so frameworks that hold the same weights draw
+the same responses, and each leaves the parameters after the first optimiser step in its
+folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
+receives (``VERL_CPU_SAVE_WEIGHTS``), TRL's callback the model after step 1
+(``TRL_CPU_FIRST_UPDATE``).
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
-verl run on a machine without a GPU is refused (``StandinsError``) before anything starts.
+run on a machine without a GPU is refused (``StandinsError``) before anything starts.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from gmpo_plugins.frameworks.launch import Launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # in a checkout of gmpo-plugins
 VERL_STANDINS = "examples/verl_cpu (CPU platform, gloo process group, HF-generate rollout server)"
+TRL_STANDINS = "examples/trl_cpu (seeded rollout_func: the rollouts of the other frameworks' stand-ins)"
 VERL_MODULE = ("python3", "-m", "verl.trainer.main_ppo")
 PROBE = "import torch; print(torch.cuda.device_count())"
 PROBE_TIMEOUT_S = 300.0
@@ -40,12 +51,14 @@ class StandinsError(RuntimeError):
 class LocalLaunch:
     """A launch as it runs here: ``standins`` names what stood in for the GPU ("" for none),
     ``pythonpath`` the folders its processes import them from; ``ray_dir`` is the folder of
-    the Ray instance the run starts (None without Ray)."""
+    the Ray instance the run starts (None without Ray); ``first_update`` the file in which
+    the stand-ins leave the parameters after the first optimiser step ("" for none)."""
 
     launch: Launch
     standins: str = ""
     pythonpath: tuple[str, ...] = ()
     ray_dir: str | None = None
+    first_update: str = ""
 
 
 def gpu_count(python: str) -> int:
@@ -60,21 +73,46 @@ def gpu_count(python: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-def local_launch(launch: Launch, python: str) -> LocalLaunch:
-    """``launch`` (already filled with its folder) as it runs here with ``python`` (module docstring)."""
-    if launch.framework != "verl":
-        return LocalLaunch(launch)
+def _require_examples(framework: str, python: str, module: str) -> None:
+    if not (EXAMPLES / module / "__main__.py").is_file():
+        raise StandinsError(
+            f"{framework}: no GPU for {python}, and the CPU stand-ins (examples/{module} of a gmpo-plugins checkout) "
+            f"are not at {EXAMPLES}; run it from a checkout, or on a GPU machine"
+        )
+
+
+def _verl(launch: Launch, python: str, folder: Path) -> LocalLaunch:
     if tuple(launch.argv[:3]) != VERL_MODULE:
         raise StandinsError(f"verl: expected a launch of {' '.join(VERL_MODULE)}, got {' '.join(launch.argv[:3])}")
     gpus = gpu_count(python)
-    if gpus == 0 and not (EXAMPLES / "verl_cpu" / "launch.py").is_file():
-        raise StandinsError(
-            f"verl: no GPU for {python}, and the CPU stand-ins (examples/verl_cpu of a gmpo-plugins checkout) "
-            f"are not at {EXAMPLES}; run it from a checkout, or on a GPU machine"
-        )
+    if gpus == 0:
+        _require_examples("verl", python, "verl_cpu")
     ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
     overrides = [*launch.argv[3:], "trainer.n_gpus_per_node=1", f"+ray_kwargs.ray_init._temp_dir={ray_dir}"]
     if gpus > 0:
         return LocalLaunch(replace(launch, argv=(*VERL_MODULE, *overrides)), ray_dir=ray_dir)
+    weights = folder / "weights"
+    env = {**launch.env, "VERL_CPU_SAVE_WEIGHTS": str(weights)}
     argv = ("python3", "-m", "verl_cpu", *overrides)
-    return LocalLaunch(replace(launch, argv=argv), VERL_STANDINS, (str(EXAMPLES),), ray_dir)
+    first_update = str(weights / "weights_0_1.pt")  # replica 0, after global step 1
+    return LocalLaunch(replace(launch, argv=argv, env=env), VERL_STANDINS, (str(EXAMPLES),), ray_dir, first_update)
+
+
+def _trl(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+    if gpu_count(python) > 0:
+        return LocalLaunch(launch)
+    _require_examples("trl", python, "trl_cpu")
+    first_update = str(folder / "first_update.pt")
+    env = {**launch.env, "TRL_CPU_FIRST_UPDATE": first_update}
+    argv = ("python3", "-m", "trl_cpu", *launch.argv[1:])
+    return LocalLaunch(replace(launch, argv=argv, env=env), TRL_STANDINS, (str(EXAMPLES),), None, first_update)
+
+
+PLANS = {"verl": _verl, "trl": _trl}
+
+
+def local_launch(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+    """``launch`` (already filled with ``folder``, its output folder) as it runs here with
+    ``python`` (module docstring)."""
+    plan = PLANS.get(launch.framework)
+    return LocalLaunch(launch) if plan is None else plan(launch, python, folder)

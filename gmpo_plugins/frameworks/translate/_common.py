@@ -90,3 +90,22 @@ def kl_refusal(framework: str, spec: RunSpec, estimators: Mapping[str, str], set
             f"{setting} offers {', '.join(sorted(estimators))}",
         )
     return estimators[spec.kl_estimator]
+
+
+def advantage_formula(spec: RunSpec, epsilon: str) -> str:
+    """The group advantage a framework computes, worded alike for every framework
+    (``Difference.first_update``): ``epsilon`` is what it adds to the group's (unbiased) std."""
+    return f"(r - group mean) / (group std + {epsilon})" if spec.advantage_std_norm else "r - group mean"
+
+
+def precision(spec: RunSpec, bfloat16: str) -> str:
+    """The training precision (``Difference.first_update``): ``bfloat16`` describes the framework's bf16."""
+    return "float32" if spec.dtype == "float32" else bfloat16
+
+
+def kl_placement(spec: RunSpec, where: str) -> str:
+    """Where the KL term enters (``Difference.first_update``); the same for every framework without KL."""
+    return "no KL term (kl_coef = 0)" if spec.kl_coef == 0 else where
+
+
+FILE_ORDER = "the first prompts_per_step rows of the dataset"

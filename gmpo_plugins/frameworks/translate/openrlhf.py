@@ -16,6 +16,7 @@
     epochs_per_batch            --train.max_epochs
     optimizer, learning_rate    --actor.optim adam (OpenRLHF has no SGD: refused), --actor.adam.lr,
                                 --actor.lr_scheduler constant, --actor.lr_warmup_ratio 0
+    adam_eps                    --actor.adam.eps
     weight_decay, max_grad_norm --actor.adam.weight_decay, --actor.max_norm
     max_prompt_length + max_response_length   --data.max_len (prompt and response together)
     max_response_length, temperature          --rollout.max_new_tokens, --rollout.temperature
@@ -36,7 +37,16 @@ from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.launch import OUT, Difference, Launch, UnsupportedSettingError
 from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.translate._common import adapter_options, check_hparams, kl_refusal, reward_import
+from gmpo_plugins.frameworks.translate._common import (
+    FILE_ORDER,
+    adapter_options,
+    advantage_formula,
+    check_hparams,
+    kl_placement,
+    kl_refusal,
+    precision,
+    reward_import,
+)
 
 NAME = "openrlhf"
 KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3"}
@@ -57,30 +67,46 @@ def reward_func(queries, prompts, labels, **kwargs):
     return {{"rewards": rewards, "scores": rewards, "extra_logs": {{}}}}
 '''
 
-DIFFERENCES = (
-    Difference(
-        "advantages",
-        "group_norm: (r - group mean) / (group std + 1e-9), std unbiased; dr_grpo when advantage_std_norm "
-        "is false: r - group mean",
-    ),
-    Difference(
-        "kl",
-        "--algo.kl.use_loss: a separate KL loss term in ActorPPOTrainer, a token mean whatever "
-        "--actor.loss_agg_mode says; never inside the registry loss",
-    ),
-    Difference(
-        "loss aggregation",
-        "the registry loss normalises by the global_batch_size OpenRLHF passes per optimiser step "
-        "(all micro-batches and ranks, divided by the accumulation steps; DeepSpeed scales by 1/gas)",
-    ),
-    Difference("rewards", "clipped to --reward.clip_range (default [-10, 10]) before the advantages"),
-    Difference(
-        "prompts",
-        "the chat template receives the prompt as a list of text parts ([{type: text, text: ...}]), not a string",
-    ),
-    Difference("lengths", "no separate prompt limit: --data.max_len bounds prompt and response together"),
-    Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
-)
+
+def differences(spec: RunSpec) -> tuple[Difference, ...]:
+    """What OpenRLHF does that the spec cannot change (``first_update``: what reaches the first step)."""
+    return (
+        Difference(
+            "advantages",
+            "group_norm: (r - group mean) / (group std + 1e-9), std unbiased; dr_grpo when advantage_std_norm "
+            "is false: r - group mean",
+            advantage_formula(spec, "1e-9"),
+        ),
+        Difference(
+            "kl",
+            "--algo.kl.use_loss: a separate KL loss term in ActorPPOTrainer, a token mean whatever "
+            "--actor.loss_agg_mode says; never inside the registry loss",
+            kl_placement(spec, "a separate term, a token mean"),
+        ),
+        Difference(
+            "loss aggregation",
+            "the registry loss normalises by the global_batch_size OpenRLHF passes per optimiser step "
+            "(all micro-batches and ranks, divided by the accumulation steps; DeepSpeed scales by 1/gas)",
+        ),
+        Difference(
+            "prompt order",
+            "always shuffled (its prompts dataloader is built with shuffle=True): each step draws "
+            "--rollout.batch_size of the first --data.max_samples rows in a seeded random order",
+            FILE_ORDER if spec.steps == 1 else "a seeded shuffle of the first steps * prompts_per_step rows",
+        ),
+        Difference("rewards", "clipped to --reward.clip_range (default [-10, 10]) before the advantages"),
+        Difference(
+            "prompts",
+            "the chat template receives one user message; a prompt with <image> tags becomes a list of parts",
+        ),
+        Difference("lengths", "no separate prompt limit: --data.max_len bounds prompt and response together"),
+        Difference(
+            "precision",
+            "DeepSpeed bf16: bf16 weights, float32 master weights in the optimiser",
+            precision(spec, "bf16 weights, float32 master weights"),
+        ),
+        Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
+    )
 
 
 def _loss_args(spec: RunSpec) -> list[str]:
@@ -190,6 +216,8 @@ def translate(spec: RunSpec) -> Launch:
         "--actor.adam.betas",
         "0.9",
         "0.999",
+        "--actor.adam.eps",
+        str(spec.adam_eps),
         "--actor.adam.weight_decay",
         str(spec.weight_decay),
         "--actor.lr_scheduler",
@@ -208,4 +236,4 @@ def translate(spec: RunSpec) -> Launch:
         f"{OUT}/tensorboard",
     ]
     bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward))
-    return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=DIFFERENCES)
+    return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=differences(spec))

@@ -16,6 +16,7 @@
     micro_batch_size            trainer.micro_train_batch_size_per_gpu
     epochs_per_batch            trainer.update_epochs_per_batch
     optimizer, learning_rate    AdamW only (SGD refused), trainer.policy.optimizer_config.lr,
+                                adam_eps other than AdamW's 1e-8 refused (SkyRL sets none),
                                 scheduler constant_with_warmup with 0 warm-up steps
     weight_decay, max_grad_norm optimizer_config.weight_decay, max_grad_norm
     max_prompt_length           trainer.max_prompt_length
@@ -37,8 +38,15 @@ from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NOR
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.datasets import SKYRL_ENV
 from gmpo_plugins.frameworks.launch import OUT, Difference, Launch, UnsupportedSettingError
-from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.translate._common import adapter_options, check_hparams, kl_refusal, reward_import
+from gmpo_plugins.frameworks.spec import FIELDS, RunSpec
+from gmpo_plugins.frameworks.translate._common import (
+    adapter_options,
+    advantage_formula,
+    check_hparams,
+    kl_placement,
+    kl_refusal,
+    reward_import,
+)
 
 NAME = "skyrl"
 ALGORITHM = "trainer.algorithm"
@@ -100,24 +108,29 @@ if __name__ == "__main__":
     main()
 '''
 
-DIFFERENCES = (
-    Difference(
-        "advantages",
-        "grpo: (r - group mean) / (group std + 1e-6) with grpo_norm_by_std, std unbiased (torch.std)",
-    ),
-    Difference(
-        "kl",
-        "use_kl_loss: a separate KL loss term (kl_loss_coef * kl_estimator_type) added by SkyRL's worker; "
-        "never inside the registry loss",
-    ),
-    Difference(
-        "loss aggregation",
-        "SkyRL divides the advantages of each global mini-batch by its sequence (or token) count before the "
-        "workers; the registry loss then sums (adapters.skyrl.options: the same gradient as the core's rule)",
-    ),
-    Difference("rewards", "a skyrl_gym environment step per response (one turn, done)"),
-    Difference("rollouts", "SkyRL's inference engines (vLLM by default)"),
-)
+
+def differences(spec: RunSpec) -> tuple[Difference, ...]:
+    """What SkyRL does that the spec cannot change (``first_update``: what reaches the first step)."""
+    return (
+        Difference(
+            "advantages",
+            "grpo: (r - group mean) / (group std + 1e-6) with grpo_norm_by_std, std unbiased (torch.std)",
+            advantage_formula(spec, "1e-6"),
+        ),
+        Difference(
+            "kl",
+            "use_kl_loss: a separate KL loss term (kl_loss_coef * kl_estimator_type) added by SkyRL's worker; "
+            "never inside the registry loss",
+            kl_placement(spec, "a separate term, added by the worker"),
+        ),
+        Difference(
+            "loss aggregation",
+            "SkyRL divides the advantages of each global mini-batch by its sequence (or token) count before the "
+            "workers; the registry loss then sums (adapters.skyrl.options: the same gradient as the core's rule)",
+        ),
+        Difference("rewards", "a skyrl_gym environment step per response (one turn, done)"),
+        Difference("rollouts", "SkyRL's inference engines (vLLM by default)"),
+    )
 
 
 def _algorithm(spec: RunSpec) -> dict[str, object]:
@@ -145,6 +158,10 @@ def _refusals(spec: RunSpec) -> None:
     if spec.tokenizer is not None and spec.tokenizer != spec.model:
         raise UnsupportedSettingError(
             NAME, f"tokenizer={spec.tokenizer}", "SkyRL loads the tokenizer from trainer.policy.model.path"
+        )
+    if spec.adam_eps != FIELDS["adam_eps"].default:
+        raise UnsupportedSettingError(
+            NAME, f"adam_eps={spec.adam_eps}", "trainer.policy.optimizer_config has no epsilon (AdamW's 1e-8)"
         )
     if spec.optimizer != "adamw":
         raise UnsupportedSettingError(
@@ -220,5 +237,5 @@ def translate(spec: RunSpec) -> Launch:
         ("python3", f"{OUT}/skyrl_main.py", *overrides),
         files={"skyrl_main.py": script},
         prepare=prepare,
-        differences=DIFFERENCES,
+        differences=differences(spec),
     )

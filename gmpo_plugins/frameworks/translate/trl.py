@@ -14,6 +14,7 @@ prompts_per_step            steps_per_generation = responses per step / micro_ba
 epochs_per_batch            num_iterations
 optimizer, learning_rate    optim (adamw_torch | sgd), learning_rate, lr_scheduler_type constant,
                             warmup_steps 0
+adam_eps                    adam_epsilon
 weight_decay, max_grad_norm weight_decay, max_grad_norm
 max_prompt_length           checked by the script (an error for a longer prompt, as verl's
                             data.truncation=error): GRPOConfig has no prompt limit
@@ -22,7 +23,7 @@ temperature                 temperature
 advantage_std_norm          scale_rewards group (true) | none (false)
 kl_coef, kl_estimator       beta, loss_hparams.kl_estimator (TRL loads the reference model)
 steps                       max_steps = steps * optimiser steps per step * epochs_per_batch
-seed                        seed
+seed                        seed; shuffle_dataset=False (prompts in file order, as verl's data.shuffle=false)
 dtype                       bf16 (autocast over float32 weights; the script adds use_cpu without a GPU) or float32
 """
 
@@ -34,7 +35,15 @@ from typing import Any
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.launch import OUT, Difference, Launch, UnsupportedSettingError
 from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.translate._common import adapter_options, check_hparams, reward_import
+from gmpo_plugins.frameworks.translate._common import (
+    FILE_ORDER,
+    adapter_options,
+    advantage_formula,
+    check_hparams,
+    kl_placement,
+    precision,
+    reward_import,
+)
 
 NAME = "trl"
 OPTIMIZERS = {"adamw": "adamw_torch", "sgd": "sgd"}
@@ -108,25 +117,38 @@ if __name__ == "__main__":
     main()
 '''
 
-DIFFERENCES = (
-    Difference(
-        "advantages",
-        "scale_rewards=group: (r - group mean) / (group std + 1e-4), std unbiased (nanstd); none: r - group mean",
-    ),
-    Difference(
-        "kl",
-        "inside the registry loss: beta * the kl_estimator per token, averaged per sequence for "
-        "sequence-level losses (TRL's GMPO placement), against a reference model TRL loads",
-    ),
-    Difference(
-        "loss aggregation",
-        "the registry loss normalises by the sequences of the optimiser step over all accumulation "
-        "steps and processes (adapters.trl.normalisation)",
-    ),
-    Difference("prompt order", "TRL's RepeatSampler: prompts shuffled with seed, each repeated num_generations"),
-    Difference("precision", "bf16 is autocast over float32 weights (Trainer's bf16), not bf16 weights"),
-    Difference("rollouts", "TRL's own generation (transformers generate, or vLLM when use_vllm)"),
-)
+
+def differences(spec: RunSpec) -> tuple[Difference, ...]:
+    """What TRL does that the spec cannot change (``first_update``: what reaches the first step)."""
+    return (
+        Difference(
+            "advantages",
+            "scale_rewards=group: (r - group mean) / (group std + 1e-4), std unbiased (nanstd); none: r - group mean",
+            advantage_formula(spec, "1e-4"),
+        ),
+        Difference(
+            "kl",
+            "inside the registry loss: beta * the kl_estimator per token, averaged per sequence for "
+            "sequence-level losses (TRL's GMPO placement), against a reference model TRL loads",
+            kl_placement(spec, "inside the registry loss"),
+        ),
+        Difference(
+            "loss aggregation",
+            "the registry loss normalises by the sequences of the optimiser step over all accumulation "
+            "steps and processes (adapters.trl.normalisation)",
+        ),
+        Difference(
+            "prompt order",
+            "shuffle_dataset=False: prompts in file order, each repeated num_generations",
+            FILE_ORDER,
+        ),
+        Difference(
+            "precision",
+            "bf16 is autocast over float32 weights (Trainer's bf16), not bf16 weights",
+            precision(spec, "bf16 autocast, float32 weights"),
+        ),
+        Difference("rollouts", "TRL's own generation (transformers generate, or vLLM when use_vllm)"),
+    )
 
 
 def loss_hparams(spec: RunSpec, config: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +193,7 @@ def grpo_config(spec: RunSpec) -> dict[str, Any]:
         "max_steps": spec.steps * optimiser_steps * spec.epochs_per_batch,
         "optim": OPTIMIZERS[spec.optimizer],
         "learning_rate": spec.learning_rate,
+        "adam_epsilon": spec.adam_eps,
         "lr_scheduler_type": "constant",
         "warmup_steps": 0,
         "weight_decay": spec.weight_decay,
@@ -181,6 +204,7 @@ def grpo_config(spec: RunSpec) -> dict[str, Any]:
         "beta": spec.kl_coef,
         "use_bias_correction_kl": False,  # the registry loss adds beta * KL without TRL's ratio factor
         "seed": spec.seed,
+        "shuffle_dataset": False,  # prompts in file order, as verl's data.shuffle=false
         "bf16": spec.dtype == "bfloat16",
         "model_init_kwargs": {"dtype": "float32"},
         "logging_steps": 1,
@@ -208,4 +232,6 @@ def translate(spec: RunSpec) -> Launch:
         loss_hparams=extra,
         config=pprint.pformat(config, sort_dicts=False, width=100),
     )
-    return Launch(NAME, ("python3", f"{OUT}/train_trl.py"), files={"train_trl.py": script}, differences=DIFFERENCES)
+    return Launch(
+        NAME, ("python3", f"{OUT}/train_trl.py"), files={"train_trl.py": script}, differences=differences(spec)
+    )

@@ -15,6 +15,7 @@
     micro_batch_size            actor.ppo_micro_batch_size_per_gpu (and the log-prob micro-batches)
     epochs_per_batch            actor.ppo_epochs
     optimizer, learning_rate    actor.optim.optimizer (AdamW | SGD), optim.lr, constant schedule
+    adam_eps                    actor.optim.override_optimizer_config={eps: ...} (AdamW's keyword)
     weight_decay, max_grad_norm actor.optim.weight_decay, optim.clip_grad
     max_*_length, temperature   data.max_prompt_length / max_response_length, rollout.temperature
     advantage_std_norm          algorithm.norm_adv_by_std_in_grpo
@@ -37,7 +38,16 @@ from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NOR
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.launch import OUT, Difference, Launch, UnsupportedSettingError
 from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.translate._common import adapter_options, check_hparams, kl_refusal, reward_import
+from gmpo_plugins.frameworks.translate._common import (
+    FILE_ORDER,
+    adapter_options,
+    advantage_formula,
+    check_hparams,
+    kl_placement,
+    kl_refusal,
+    precision,
+    reward_import,
+)
 
 NAME = "verl"
 ACTOR = "actor_rollout_ref.actor"
@@ -55,24 +65,39 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     return float(_reward(solution_str, ground_truth))
 '''
 
-DIFFERENCES = (
-    Difference(
-        "advantages",
-        "GRPO: (r - group mean) / (group std + 1e-6), std unbiased (torch.std), groups of rollout.n",
-    ),
-    Difference(
-        "kl",
-        "a separate loss term in ppo_loss (use_kl_loss): kl_loss_coef * the per-token estimator "
-        "aggregated with loss_agg_mode, added to the policy loss; never inside the registry loss",
-    ),
-    Difference(
-        "loss aggregation",
-        "the registry loss normalises by verl's global_batch_info: sequences of the whole mini-batch "
-        "over all ranks (the core's rule)",
-    ),
-    Difference("prompt order", "data.shuffle=false: prompts in file order, data.train_batch_size per step"),
-    Difference("rollouts", "verl's rollout server (vLLM/SGLang; an HF-generate stand-in on CPU)"),
-)
+
+def differences(spec: RunSpec) -> tuple[Difference, ...]:
+    """What verl does that the spec cannot change (``first_update``: what reaches the first step)."""
+    return (
+        Difference(
+            "advantages",
+            "GRPO: (r - group mean) / (group std + 1e-6), std unbiased (torch.std), groups of rollout.n",
+            advantage_formula(spec, "1e-6"),
+        ),
+        Difference(
+            "kl",
+            "a separate loss term in ppo_loss (use_kl_loss): kl_loss_coef * the per-token estimator "
+            "aggregated with loss_agg_mode, added to the policy loss; never inside the registry loss",
+            kl_placement(spec, "a separate term, aggregated with loss_agg_mode"),
+        ),
+        Difference(
+            "loss aggregation",
+            "the registry loss normalises by verl's global_batch_info: sequences of the whole mini-batch "
+            "over all ranks (the core's rule)",
+        ),
+        Difference(
+            "prompt order",
+            "data.shuffle=false: prompts in file order, data.train_batch_size per step",
+            FILE_ORDER,
+        ),
+        Difference(
+            "precision",
+            "FSDP mixed precision: parameters cast to param_dtype for forward and backward, float32 "
+            "master weights, reduction and optimiser",
+            precision(spec, "bf16 compute, float32 master weights"),
+        ),
+        Difference("rollouts", "verl's rollout server (vLLM/SGLang; an HF-generate stand-in on CPU)"),
+    )
 
 
 def _loss_fields(spec: RunSpec) -> dict[str, object]:
@@ -154,6 +179,11 @@ def translate(spec: RunSpec) -> Launch:
         f"{ACTOR}.optim.lr_warmup_steps_ratio=0.0",
         f"{ACTOR}.optim.weight_decay={spec.weight_decay}",
         f"{ACTOR}.optim.clip_grad={spec.max_grad_norm}",
+        *(
+            [f"++{ACTOR}.optim.override_optimizer_config={{eps:{spec.adam_eps!r}}}"]
+            if spec.optimizer == "adamw"
+            else []
+        ),
         f"{ACTOR}.use_kl_loss={str(use_kl).lower()}",
         *(_kl(spec) if use_kl else []),
         f"{ACTOR}.entropy_coeff=0",
@@ -180,5 +210,5 @@ def translate(spec: RunSpec) -> Launch:
         env={"VERL_FILE_LOGGER_PATH": f"{OUT}/metrics.jsonl"},
         files={"reward.py": bridge},
         prepare=prepare,
-        differences=DIFFERENCES,
+        differences=differences(spec),
     )

@@ -10,10 +10,11 @@ What OpenRLHF 0.11.2 uses of vLLM, and what stands in for it here:
   openrlhf/trainer/ray/vllm_worker_wrap.py   what `collective_rpc("init_process_group" | "update_weight")` runs
 
 The engine generates with Hugging Face ``generate`` on CPU from the same checkpoint (the dtype OpenRLHF
-asks for, bfloat16, computed in float32). Each request is sampled under its own seed, derived from the
-engine seed, the prompt's token ids and the sample index (the k-th request for the same prompt), so runs
-that differ only in how the actor splits its batch see identical rollouts. The weight sync is OpenRLHF's
-own broadcast from the actor's rank 0, over gloo instead of NCCL.
+asks for, bfloat16, computed in float32), through ``examples/seeded_generation.py``, the sampling every CPU
+rollout stand-in shares: each request is seeded from the prompt's token ids and its sample index (the k-th
+request for the same prompt since the last weight sync), so runs that differ only in how the actor splits
+its batch, and other frameworks' stand-ins holding the same weights, draw the same responses. The weight
+sync is OpenRLHF's own broadcast from the actor's rank 0, over gloo instead of NCCL.
 
 With ``OPENRLHF_E2E_RECORD_DIR`` set, the engine appends every completion (prompt token ids, sample
 index, seed, completion token ids) to ``completions.jsonl`` there and writes its weights after every
@@ -25,11 +26,13 @@ only by the OpenRLHF tests and by users running OpenRLHF on CPU.
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 # The version OpenRLHF 0.11.2 pins in its "vllm" extra, so version checks in OpenRLHF
@@ -68,10 +71,16 @@ class Logprob:
     logprob: float
 
 
-def request_seed(engine_seed: int, prompt_token_ids: list, sample_index: int) -> int:
-    """A 63-bit seed from the engine seed, the prompt's token ids and the sample index."""
-    text = f"{engine_seed}|{','.join(map(str, prompt_token_ids))}|{sample_index}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+def _seeded_generation():
+    """``examples/seeded_generation.py``, the sampling every CPU rollout stand-in shares (this shim
+    is imported with only ``shims/`` on the path)."""
+    if "seeded_generation" not in sys.modules:
+        path = Path(__file__).resolve().parents[3] / "seeded_generation.py"
+        module_spec = importlib.util.spec_from_file_location("seeded_generation", path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules["seeded_generation"] = module
+        module_spec.loader.exec_module(module)
+    return sys.modules["seeded_generation"]
 
 
 class _OutputProcessor:
@@ -91,9 +100,8 @@ class AsyncLLMEngine:
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, attn_implementation="sdpa")
         self.model = model.float().eval()
         self.tokenizer = AutoTokenizer.from_pretrained(args.model)
-        self.seed = int(getattr(args, "seed", 0))
         self.output_processor = _OutputProcessor()
-        self._samples_per_prompt: dict[tuple, int] = {}
+        self._sample_index = _seeded_generation().SampleIndex()
         self._sync_group = None
         self._syncs = 0
         self._sleeping = False
@@ -121,41 +129,28 @@ class AsyncLLMEngine:
         return None
 
     def generate(self, prompt: dict, sampling_params: SamplingParams, request_id: str) -> AsyncIterator[RequestOutput]:
-        """One completion of ``prompt["prompt_token_ids"]``; its seed is fixed here, in request order."""
+        """One completion of ``prompt["prompt_token_ids"]``; its sample index is fixed here, in request order."""
         token_ids = list(prompt["prompt_token_ids"])
-        key = tuple(token_ids)
-        sample_index = self._samples_per_prompt.get(key, 0)
-        self._samples_per_prompt[key] = sample_index + 1
-        seed = request_seed(self.seed, token_ids, sample_index)
-        return self._generate(token_ids, sampling_params, request_id, seed, sample_index)
+        return self._generate(token_ids, sampling_params, request_id, self._sample_index.next(token_ids))
 
-    async def _generate(self, token_ids: list, params: SamplingParams, request_id: str, seed: int, sample_index: int):
-        import torch
-
-        eos = self.model.generation_config.eos_token_id
-        top_k = getattr(params, "top_k", -1)
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            out = self.model.generate(
-                torch.tensor([token_ids]),
-                attention_mask=torch.ones(1, len(token_ids), dtype=torch.long),
-                do_sample=True,
-                temperature=getattr(params, "temperature", 1.0),
-                top_p=getattr(params, "top_p", 1.0),
-                top_k=top_k if top_k and top_k > 0 else 0,
-                max_new_tokens=params.max_tokens,
-                min_new_tokens=getattr(params, "min_tokens", 0) or 0,
-                eos_token_id=eos,
-                pad_token_id=self.model.generation_config.pad_token_id or 0,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
-        new = out.sequences[0, len(token_ids) :].tolist()
-        finish_reason = "stop" if new and new[-1] == eos else "length"
+    async def _generate(self, token_ids: list, params: SamplingParams, request_id: str, sample_index: int):
+        generation = _seeded_generation()
+        sample = generation.seeded_sample(
+            self.model,
+            token_ids,
+            sample_index,
+            params.max_tokens,
+            temperature=getattr(params, "temperature", 1.0),
+            top_k=getattr(params, "top_k", -1),
+            top_p=getattr(params, "top_p", 1.0),
+            min_new_tokens=getattr(params, "min_tokens", 0) or 0,
+        )
+        new = sample.token_ids
+        finish_reason = "stop" if sample.stop_reason == "stop" else "length"
         logprobs = None
         if getattr(params, "logprobs", None) is not None:
-            rows = [torch.log_softmax(logits[0].float(), -1) for logits in out.logits]
-            logprobs = [{tok: Logprob(float(row[tok]))} for tok, row in zip(new, rows, strict=True)]
+            logprobs = [{tok: Logprob(lp)} for tok, lp in zip(new, sample.raw_logprobs, strict=True)]
+        seed = generation.sample_seed(token_ids, sample_index)
         self._record_completion({"prompt": token_ids, "sample": sample_index, "seed": seed, "completion": new})
         text = self.tokenizer.decode(new, skip_special_tokens=getattr(params, "skip_special_tokens", False))
         yield RequestOutput(request_id, token_ids, [CompletionOutput(new, text, finish_reason, logprobs)])
@@ -188,6 +183,7 @@ class AsyncLLMEngine:
             self.model.get_parameter(name).copy_(weight)
         if empty_cache:  # OpenRLHF sets it on the last parameter of a sync
             self._syncs += 1
+            self._sample_index.reset()
             self._record()
 
     def _record_completion(self, completion: dict) -> None:

@@ -1,0 +1,174 @@
+"""The first update, compared between frameworks: did two trainers, given the same spec and the
+same first rollout, move the weights the same way?
+
+For every framework whose run left its parameters after the first optimiser step θ_f (the CPU
+stand-ins do: ``standins``), with θ_0 the spec's initial model (its ``*.safetensors``)::
+
+    Δ_f      = θ_f - θ_0                                          every parameter, flattened
+    d_i      = max(0, |θ_a,i - θ_b,i| - ulp(max(|θ_a,i|, |θ_b,i|)))   the storage rounding removed
+    rel(a,b) = max_i d_i / max(max_i |Δ_a,i|, max_i |Δ_b,i|)
+
+``ulp`` is float32's spacing at the stored value: each trainer rounds θ_0 + Δ to float32 once,
+so two equal updates can store values one ulp apart (for a weight near 1, a norm's, that is
+1.2e-7, as large as a whole small update's rounding error allows).
+
+The tolerance, ``TOLERANCE = 1e-5`` of the largest update, comes from float32 summation order.
+Float32's unit roundoff is u = 2^-24 = 6.0e-8. Trainers that compute the same gradient sum its
+per-token terms in different orders (micro-batches, padding layouts, ranks, old log-probs
+recomputed in separate passes), which moves a gradient entry by a few u of the terms' size;
+verl's own micro-batch and rank splits measured 2e-7 to 9e-7 of the update (3 to 15 u). 1e-5 is
+about 170 u, ten times the largest split difference measured, and ten times below what a real
+difference gives: a clip bound, an advantage epsilon of 1e-4 against a group std of order 1, or
+a loss normalised by another count all move the update by 1e-4 of it or more. The tolerance
+holds for ``dtype = "float32"`` only; in bfloat16 the rounding of every product is 2^-8 and the
+comparison is printed without a verdict. The update must be large against the stored weights'
+ulps for the measure to resolve 1e-5: an optimiser step whose size follows the gradient
+(SGD, or AdamW's first step with an epsilon far above every gradient entry: ``lr * g / (|g| + eps)``
+is ``(lr / eps) * g``) and a learning rate that moves the largest weight by 1e-3 or more.
+
+Where two frameworks differ beyond the tolerance, ``causes`` names the behaviours of theirs that
+reach the first update and that the spec could not align (``Difference.first_update``: the
+advantage formula, the prompt order, the precision, where KL enters): those are what to align to
+make the difference disappear. The step-1 mean reward, from each trainer's own log, says whether
+the two first rollouts scored the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gmpo_plugins.frameworks.launch import Launch
+
+TOLERANCE = 1e-5
+REWARD_TOLERANCE = 1e-6
+
+
+class FirstUpdateError(RuntimeError):
+    """Parameters that cannot be compared (unreadable files, different parameter names)."""
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    """One pair of frameworks: ``rel`` (module docstring), the tolerance (None: no verdict, not
+    float32), the step-1 rewards, and the named behaviours that differ between the two."""
+
+    first: str
+    second: str
+    rel: float
+    tolerance: float | None
+    rewards: tuple[float | None, float | None]
+    causes: tuple[str, ...]
+
+    @property
+    def identical(self) -> bool | None:
+        """True within the tolerance, False beyond it, None without a tolerance."""
+        return None if self.tolerance is None else self.rel <= self.tolerance
+
+    @property
+    def same_rewards(self) -> bool | None:
+        """Whether both first rollouts scored the same mean reward (None: one was not logged)."""
+        first, second = self.rewards
+        if first is None or second is None:
+            return None
+        return abs(first - second) <= REWARD_TOLERANCE * max(1.0, abs(first))
+
+
+def initial_parameters(model: Path) -> dict[str, torch.Tensor]:
+    """θ_0: every tensor of the model folder's ``*.safetensors`` files, by name."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise FirstUpdateError("reading the initial model needs safetensors (pip install safetensors)") from None
+    files = sorted(model.glob("*.safetensors"))
+    if not files:
+        raise FirstUpdateError(f"{model}: no *.safetensors file to read the initial parameters from")
+    parameters: dict[str, torch.Tensor] = {}
+    for path in files:
+        parameters.update(load_file(str(path)))
+    return parameters
+
+
+def load_parameters(path: str | Path) -> dict[str, torch.Tensor]:
+    """Parameters saved by a stand-in: a state dict, or ``{"state_dict": ...}``."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise FirstUpdateError(f"{path}: cannot be read ({exc})") from None
+    state = saved.get("state_dict", saved) if isinstance(saved, Mapping) else None
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise FirstUpdateError(f"{path}: not a state dict of tensors")
+    return dict(state)
+
+
+def _flat(parameters: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
+    return torch.cat([parameters[name].detach().reshape(-1).to(torch.float64) for name in names])
+
+
+def relative_difference(
+    initial: Mapping[str, torch.Tensor], first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor]
+) -> float:
+    """``rel`` of the module docstring over the parameters ``first`` and ``second`` share with ``initial``.
+
+    Raises FirstUpdateError when the two name different parameters, or when neither moved.
+    """
+    if set(first) != set(second):
+        only = sorted(set(first) ^ set(second))[:3]
+        raise FirstUpdateError(f"the two runs saved different parameters (e.g. {', '.join(only)})")
+    missing = sorted(set(first) - set(initial))
+    if missing:
+        raise FirstUpdateError(f"the initial model has no {', '.join(missing[:3])}")
+    names = sorted(first)
+    theta0, theta_a, theta_b = (_flat(p, names) for p in (initial, first, second))
+    stored = torch.maximum(theta_a.abs(), theta_b.abs()).float()
+    ulp = torch.nextafter(stored, torch.tensor(math.inf)).double() - stored.double()
+    gap = ((theta_a - theta_b).abs() - ulp).clamp_min(0.0)
+    scale = max(float((theta_a - theta0).abs().max()), float((theta_b - theta0).abs().max()))
+    if scale == 0.0:
+        raise FirstUpdateError("neither run moved any parameter in its first update")
+    return float(gap.max()) / scale
+
+
+def causes(first: Launch, second: Launch) -> tuple[str, ...]:
+    """The behaviours that reach the first update and differ between the two launches."""
+    named = {d.topic: d.first_update for d in second.differences if d.first_update}
+    found = []
+    for difference in first.differences:
+        other = named.get(difference.topic)
+        if difference.first_update and other is not None and other != difference.first_update:
+            found.append(f"{difference.topic}: {first.framework} {difference.first_update}; {second.framework} {other}")
+    return tuple(found)
+
+
+def step_one_reward(records: Sequence[Mapping[str, float]]) -> float | None:
+    """The mean reward a trainer logged for RL step 1 (None when it logged none)."""
+    for record in records:
+        if int(record["step"]) == 1 and "reward" in record:
+            return float(record["reward"])
+    return None
+
+
+def compare_pair(
+    initial: Mapping[str, torch.Tensor],
+    runs: Mapping[str, tuple[str, Sequence[Mapping[str, float]]]],
+    launches: Mapping[str, Launch],
+    first: str,
+    second: str,
+    dtype: str,
+) -> PairComparison:
+    """Compare the first updates of ``first`` and ``second``; ``runs`` maps a framework to its
+    first-update file and its per-step records."""
+    (path_a, records_a), (path_b, records_b) = runs[first], runs[second]
+    rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b))
+    return PairComparison(
+        first,
+        second,
+        rel,
+        TOLERANCE if dtype == "float32" else None,
+        (step_one_reward(records_a), step_one_reward(records_b)),
+        causes(launches[first], launches[second]),
+    )
