@@ -6,15 +6,18 @@ Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``), translate
 framework and prints, one block per framework, the exact command, the files it reads and
 the differences the spec cannot remove. With ``--out DIR`` (a folder that must not exist)
 it also writes ``DIR/<framework>/`` with those files and a ``launch.sh``; without it the
-blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed. A bad spec,
-or a setting a framework cannot express, is one line and exit status 2.
+blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed. A bad spec is
+one line and exit status 2; a setting a framework cannot express takes that framework's block
+(``refused: ...``), the other frameworks' launches are still printed (and written), and the
+command ends with one line per refusal on stderr and exit status 2.
 
 Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
-(``gmpo_plugins.frameworks.runner``; this version runs ``trl`` and ``verl``, verl with the
-CPU stand-ins of ``examples/verl_cpu`` where its interpreter sees no GPU; OpenRLHF and SkyRL
-refuse before anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
-differences) and ``DIR/records.json``, and exits with status 1 when a run is incomplete
-(130 after Ctrl-C, the report written with what finished).
+(``gmpo_plugins.frameworks.runner``: verl, OpenRLHF and TRL, with the CPU stand-ins of
+``examples/`` where the interpreter sees no GPU; SkyRL, or a setting any framework cannot
+express, is refused before anything starts), writes ``DIR/report.md`` (status, the first update
+compared between frameworks, a per-step table per metric, the differences) and
+``DIR/records.json``, and exits with status 1 when a run is incomplete (130 after Ctrl-C, the
+report written with what finished).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.frameworks.launch import UnsupportedSettingError
-    from gmpo_plugins.frameworks.render import render, write_launch
+    from gmpo_plugins.frameworks.render import block, write_launch
     from gmpo_plugins.frameworks.spec import SpecError, load_spec
     from gmpo_plugins.frameworks.translate import TRANSLATORS
 
@@ -85,21 +88,31 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: {out} already exists; choose a new folder (nothing is overwritten)")
     try:
         spec = load_spec(args.spec)
-        launches = [TRANSLATORS[name](spec) for name in frameworks]
     except SpecError as exc:
         raise UsageError(f"{args.spec}: {exc}") from None
-    except UnsupportedSettingError as exc:
-        raise UsageError(f"{exc} (leave {exc.framework} out with --frameworks)") from None
+    launches, refusals = [], []
+    for name in frameworks:
+        try:
+            launches.append(TRANSLATORS[name](spec))
+        except UnsupportedSettingError as exc:
+            refusals.append(exc)
+    if refusals and not args.dry_run:
+        exc = refusals[0]
+        raise UsageError(f"{exc} (leave {exc.framework} out with --frameworks)")
     base = (out if out is not None else Path(DEFAULT_OUT)).resolve()
     launches = [launch.with_out(str(base / launch.framework)) for launch in launches]
     if not args.dry_run:
         return run_trainers(args, spec, launches, base)
-    print(render(launches), end="")
+    blocks = {launch.framework: block(launch) for launch in launches}
+    blocks.update({exc.framework: f"== {exc.framework} ==\nrefused: {exc}" for exc in refusals})
+    print("\n\n".join(blocks[name] for name in frameworks))
     if out is not None:
         for launch in launches:
             write_launch(launch, out / launch.framework)
         print(f"launches written to {out}/")
-    return 0
+    for exc in refusals:
+        print(f"gmpo-plugins frameworks: error: {exc} (leave {exc.framework} out with --frameworks)", file=sys.stderr)
+    return 2 if refusals else 0
 
 
 def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> int:

@@ -52,11 +52,6 @@ def block(launch: Launch) -> str:
     return "\n".join(parts)
 
 
-def render(launches: Sequence[Launch]) -> str:
-    """Every framework's block, separated by a blank line."""
-    return "\n\n".join(block(launch) for launch in launches) + "\n"
-
-
 def write_launch(launch: Launch, folder: Path) -> None:
     """The launch's files and ``launch.sh`` in ``folder`` (created; must not exist yet)."""
     folder.mkdir(parents=True)

@@ -73,11 +73,30 @@ def test_a_bad_spec_is_one_line_and_exit_2(write_spec, capsys, values, fragment)
     assert err.startswith(f"gmpo-plugins frameworks: error: {path}: {fragment}")
 
 
-def test_a_refused_setting_names_the_framework(write_spec, capsys):
-    err = usage_error(capsys, ["frameworks", str(write_spec(dtype="float32")), "--dry-run"])
-    assert err.startswith("gmpo-plugins frameworks: error: openrlhf cannot express dtype='float32': ")
-    assert err.endswith("(leave openrlhf out with --frameworks)")
-    assert main(["frameworks", str(write_spec(dtype="float32")), "--dry-run", "--frameworks", "verl,trl,skyrl"]) == 0
+def test_a_refused_setting_takes_its_frameworks_block_in_a_dry_run(write_spec, capsys, tmp_path):
+    """SkyRL cannot set AdamW's epsilon: its block says so, the others are printed and written,
+    one stderr line names the framework and the setting, exit status 2."""
+    spec = write_spec(adam_eps=100.0)
+    assert main(["frameworks", str(spec), "--dry-run", "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if line.startswith("== ")] == [
+        "== verl ==",
+        "== openrlhf ==",
+        "== trl ==",
+        "== skyrl ==",
+    ]
+    refusal = "skyrl cannot express adam_eps=100.0: trainer.policy.optimizer_config has no epsilon (AdamW's 1e-8)"
+    assert f"== skyrl ==\nrefused: {refusal}" in out
+    assert err.splitlines() == [f"gmpo-plugins frameworks: error: {refusal} (leave skyrl out with --frameworks)"]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["openrlhf", "trl", "verl"]
+    assert main(["frameworks", str(spec), "--dry-run", "--frameworks", "verl,trl"]) == 0
+
+
+def test_a_refused_setting_stops_a_run_before_anything_starts(write_spec, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = usage_error(capsys, ["frameworks", str(write_spec(adam_eps=100.0)), "--frameworks", "trl,skyrl"])
+    assert err.startswith("gmpo-plugins frameworks: error: skyrl cannot express adam_eps=100.0: ")
+    assert not (tmp_path / "gmpo-frameworks").exists()
 
 
 @pytest.mark.parametrize(
@@ -122,15 +141,17 @@ def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):
     for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
         shutil.copy(EXAMPLE.parent / name, tmp_path / name)
     (tmp_path / "model").mkdir()
-    assert main(["frameworks", str(tmp_path / "tiny.toml"), "--dry-run", "--out", str(tmp_path / "out")]) == 0
-    out = capsys.readouterr().out
+    # SkyRL cannot set AdamW's epsilon, which the example raises for a gradient-sized first step
+    assert main(["frameworks", str(tmp_path / "tiny.toml"), "--dry-run", "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
     assert [line for line in out.splitlines() if line.startswith("== ")] == [
         "== verl ==",
         "== openrlhf ==",
         "== trl ==",
         "== skyrl ==",
     ]
+    assert "refused: skyrl cannot express adam_eps=100.0" in out and "adam_eps=100.0" in err
     # 2 prompts x 2 rollouts, one optimiser step of 4 responses per RL step, 3 steps
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out
     assert "--data.max_samples 6 \\" in out and "'max_steps': 3" in out
-    assert "trainer.max_training_steps=3 \\" in out
+    assert "--ds.param_dtype fp32 \\" in out and "'adam_epsilon': 100.0" in out

@@ -5,9 +5,7 @@ runs it on the example spec through the command)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +18,7 @@ from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.spec import load_spec
 from gmpo_plugins.frameworks.translate import trl as translator
 from tests import run_specs
+from tests.example_runs import example_in
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "frameworks"
@@ -59,26 +58,6 @@ def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, 
         wanted.pop("norm_length", None)
     assert got == {key: wanted[key] for key in got}
     assert all(wanted[key] == loss.defaults[key] for key in wanted if key not in got)
-
-
-def load_builder():
-    module_spec = importlib.util.spec_from_file_location("build_tiny", EXAMPLE / "build_tiny.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-def example_in(tmp_path: Path, **replace) -> Path:
-    """The example spec, its reward and prompts in ``tmp_path``, with a freshly built model."""
-    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
-        shutil.copy(EXAMPLE / name, tmp_path / name)
-    load_builder().build_model(tmp_path / "model")
-    text = (tmp_path / "tiny.toml").read_text()
-    for old, new in replace.items():
-        assert old in text
-        text = text.replace(old, new)
-    (tmp_path / "tiny.toml").write_text(text)
-    return tmp_path / "tiny.toml"
 
 
 def run_script(launch, tmp_path):

@@ -7,12 +7,10 @@ and no process of its Ray instance behind."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,8 +18,8 @@ import pytest
 
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.translate import TRANSLATORS
+from tests.example_runs import example_in, first_rollout_reward
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "frameworks"
 # every vocabulary metric verl logs on CPU for the example (kl: use_kl_loss is off; peak memory:
 # the CPU platform reports none)
 LOGGED = (
@@ -54,17 +52,6 @@ def leftovers(out: Path) -> list[int]:
     return found
 
 
-def example_in(folder: Path) -> Path:
-    """The example spec, its reward and prompts in ``folder``, with a freshly built model."""
-    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
-        shutil.copy(EXAMPLE / name, folder / name)
-    module_spec = importlib.util.spec_from_file_location("build_tiny", EXAMPLE / "build_tiny.py")
-    builder = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(builder)
-    builder.build_model(folder / "model")
-    return folder / "tiny.toml"
-
-
 def inject_a_bad_override(monkeypatch) -> None:
     """verl's translation with one more override, of a key verl's config does not have."""
     translate = TRANSLATORS["verl"]
@@ -95,7 +82,7 @@ def verl_here(monkeypatch):
 def test_the_example_trains_in_verl_and_its_metrics_come_back_per_step(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["frameworks", str(example_in(tmp_path)), "--frameworks", "verl", "--out", str(out)]) == 0
-    result = json.loads((out / "records.json").read_text())["verl"]
+    result = json.loads((out / "records.json").read_text())["runs"]["verl"]
     assert result["complete"] is True and result["standins"].startswith("examples/verl_cpu")
     logged = {}
     for line in (out / "verl" / "metrics.jsonl").read_text().splitlines():
@@ -115,6 +102,9 @@ def test_the_example_trains_in_verl_and_its_metrics_come_back_per_step(tmp_path,
     assert "Status: complete" in report and "| verl | complete |" in report and "### grad_norm" in report
     assert "examples/verl_cpu" in capsys.readouterr().out
     assert leftovers(out) == []  # verl's driver and Ray's services ended, Ray's folder removed
+    # the first rollout is the seeded one every CPU stand-in draws, on the first prompts of the file
+    assert result["records"][0]["reward"] == pytest.approx(first_rollout_reward(tmp_path), rel=1e-6)
+    assert (out / "verl" / "weights" / "weights_0_1.pt").is_file()  # the parameters after step 1
 
 
 def test_a_verl_run_that_fails_is_incomplete_and_leaves_no_process(tmp_path, monkeypatch, capsys):
@@ -124,7 +114,7 @@ def test_a_verl_run_that_fails_is_incomplete_and_leaves_no_process(tmp_path, mon
     report = (out / "report.md").read_text()
     assert "Status: INCOMPLETE" in report and "| verl | incomplete: python3 ... exit status" in report
     assert "no_such_setting" in report  # the end of verl's output names the setting
-    assert json.loads((out / "records.json").read_text())["verl"]["records"] == []
+    assert json.loads((out / "records.json").read_text())["runs"]["verl"]["records"] == []
     assert "verl: INCOMPLETE" in capsys.readouterr().out
     assert leftovers(out) == []
 
@@ -133,10 +123,9 @@ def test_a_failed_verl_run_keeps_trls_results(tmp_path, monkeypatch):
     monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", trl_python())
     inject_a_bad_override(monkeypatch)
     spec = example_in(tmp_path)
-    spec.write_text(spec.read_text().replace('dtype = "bfloat16"', 'dtype = "float32"'))
     out = tmp_path / "run"
     assert main(["frameworks", str(spec), "--frameworks", "verl,trl", "--out", str(out)]) == 1
-    results = json.loads((out / "records.json").read_text())
+    results = json.loads((out / "records.json").read_text())["runs"]
     assert results["verl"]["complete"] is False and results["verl"]["records"] == []
     assert results["trl"]["complete"] is True and [r["step"] for r in results["trl"]["records"]] == [1, 2, 3]
     report = (out / "report.md").read_text()

@@ -1,0 +1,61 @@
+"""The example spec (examples/frameworks) run by each framework's trainer in the tests: its files
+and a freshly built model in a folder, and what its first rollout must score.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLE = EXAMPLES / "frameworks"
+
+
+def _module(name: str, path: Path) -> ModuleType:
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules.setdefault(name, module)  # a dataclass looks its module up while it is built
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def example_in(folder: Path, **replace: str) -> Path:
+    """The example spec, its reward and prompts in ``folder``, with a freshly built model;
+    ``replace`` maps spec text to its replacement (each must occur)."""
+    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
+        shutil.copy(EXAMPLE / name, folder / name)
+    _module("build_tiny", EXAMPLE / "build_tiny.py").build_model(folder / "model")
+    text = (folder / "tiny.toml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (folder / "tiny.toml").write_text(text)
+    return folder / "tiny.toml"
+
+
+def first_rollout_reward(folder: Path) -> float:
+    """The mean reward of the first rollout every CPU stand-in draws for the example: the first
+    2 prompts of the file, 2 seeded samples each from the initial model, scored by the reward."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    generation = _module("seeded_generation", EXAMPLES / "seeded_generation.py")
+    model = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    rows = [json.loads(line) for line in (folder / "prompts.jsonl").read_text().splitlines()[:2]]
+    reward = _module("example_reward", folder / "reward.py")
+    scores = []
+    for row in rows:
+        messages = [{"role": "user", "content": row["prompt"]}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+        for index in range(2):
+            sample = generation.seeded_sample(model, ids["input_ids"], index, 8)
+            text = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+            scores.append(reward.reward(text, row["answer"]))
+    return sum(scores) / len(scores)
