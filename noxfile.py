@@ -15,6 +15,8 @@
     nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
+    nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's trainers
+                      side by side: the first update compared (after trl, verl_e2e, openrlhf_e2e)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -25,7 +27,8 @@ machines; an unpinned torch would pull a multi-GB CUDA build.
 
 Each session removes its virtualenv (.nox/<session>) once it passes, because nox would
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
-session, not of all twelve together (about 20 GB). A failed session keeps its virtualenv
+sessions, not of all of them together (about 20 GB). trl, verl_e2e and openrlhf_e2e keep
+theirs for frameworks_e2e, which removes them (about 6 GB together). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl_e2e/bin/python ...`) or to only install
 (`nox --install-only`).
@@ -58,27 +61,43 @@ nox.options.error_on_missing_interpreters = True
 WARNINGS_REPORTED = ("-W", "default")
 
 
-def release_virtualenv(session: nox.Session) -> None:
-    """Remove the session's virtualenv, unless nox reuses virtualenvs in this run (-r, -R,
-    --reuse-venv) or only installs (--install-only: `session.run` returns None without running)."""
+# the virtualenvs whose trainers frameworks_e2e runs side by side (framework -> session): their
+# sessions keep them, frameworks_e2e removes them once it passes
+FRAMEWORK_SESSIONS = {"verl": "verl_e2e", "openrlhf": "openrlhf_e2e", "trl": "trl"}
+
+
+def releasing(session: nox.Session) -> bool:
+    """Whether a passed session's virtualenv goes: not when nox reuses virtualenvs in this run
+    (-r, -R, --reuse-venv) or only installs (--install-only: `session.run` returns None)."""
     venv = session.virtualenv
     if not isinstance(venv, VirtualEnv) or venv.reuse_existing:
+        return False
+    return session.run("python", "-c", "", silent=True) is not None
+
+
+def release_virtualenv(session: nox.Session) -> None:
+    """Remove the session's virtualenv once it passed (``releasing``), unless frameworks_e2e
+    still needs it (FRAMEWORK_SESSIONS)."""
+    if session.name in FRAMEWORK_SESSIONS.values() or not releasing(session):
         return
-    if session.run("python", "-c", "", silent=True) is None:
-        return
-    session.log(f"removing {venv.location} (the session passed; keep it with -r)")
-    shutil.rmtree(venv.location)
+    session.log(f"removing {session.virtualenv.location} (the session passed; keep it with -r)")
+    shutil.rmtree(session.virtualenv.location)
 
 
-def session(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
-    """``nox.session`` whose virtualenv is removed once the session passes (``release_virtualenv``)."""
+def session(
+    func: Callable[[nox.Session], None] | None = None, **options: object
+) -> Callable[[nox.Session], None] | Callable[[Callable[[nox.Session], None]], Callable[[nox.Session], None]]:
+    """``nox.session(**options)`` whose virtualenv is removed once the session passes (``release_virtualenv``)."""
 
-    @functools.wraps(func)
-    def run_then_release(session: nox.Session) -> None:
-        func(session)
-        release_virtualenv(session)
+    def decorate(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
+        @functools.wraps(func)
+        def run_then_release(session: nox.Session) -> None:
+            func(session)
+            release_virtualenv(session)
 
-    return nox.session(run_then_release)
+        return nox.session(run_then_release, **options)
+
+    return decorate if func is None else decorate(func)
 
 
 @session
@@ -339,6 +358,35 @@ def openrlhf_e2e(session: nox.Session) -> None:
     env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1", "TORCH_EXTENSIONS_DIR": extensions}
     session.run("python", "-c", DEEPSPEED_CPU_OPS, env=env)
     session.run("pytest", "tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
+
+
+@session(requires=list(FRAMEWORK_SESSIONS.values()))
+def frameworks_e2e(session: nox.Session) -> None:
+    """`gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's own trainers side by side (the
+    CPU stand-ins of examples/), from the virtualenvs of the verl_e2e, openrlhf_e2e and trl sessions
+    (run first: `requires`): the first update identical across the three, TRL's advantage epsilon
+    named, a setting flipped in one framework flagged. Nothing is installed here; the three
+    virtualenvs are removed once it passes."""
+    root = os.path.dirname(session.virtualenv.location)
+    pythons = {name: os.path.join(root, venv, "bin", "python") for name, venv in FRAMEWORK_SESSIONS.items()}
+    for name, python in pythons.items():
+        if not os.path.exists(python):
+            session.error(f"{python} is missing: run `nox -s {FRAMEWORK_SESSIONS[name]} frameworks_e2e`")
+    env = {f"GMPO_PLUGINS_PYTHON_{name.upper()}": python for name, python in pythons.items()}
+    session.run(
+        pythons["trl"],
+        "-m",
+        "pytest",
+        "tests/frameworks_e2e",
+        "--durations=0",
+        *session.posargs,
+        env=env,
+        external=True,
+    )
+    if releasing(session):
+        for venv in FRAMEWORK_SESSIONS.values():
+            session.log(f"removing {os.path.join(root, venv)} (frameworks_e2e passed)")
+            shutil.rmtree(os.path.join(root, venv))
 
 
 @session
