@@ -1,8 +1,10 @@
 """``gmpo-plugins frameworks``: one run spec, translated to each framework's own launch.
 
-    gmpo-plugins frameworks SPEC [--dry-run] [--frameworks verl,openrlhf,trl,skyrl] [--out DIR] [--timeout S]
+    gmpo-plugins frameworks SPEC [--set KEY=VALUE ...] [--dry-run] [--frameworks verl,openrlhf,trl,skyrl]
+                                 [--out DIR] [--timeout S]
 
-Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``), translates it for each
+Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``; ``--set`` replaces a value,
+as written in TOML), translates it for each
 framework and prints, one block per framework, the exact command, the files it reads and
 the differences the spec cannot remove. With ``--out DIR`` (a folder that must not exist)
 it also writes ``DIR/<framework>/`` with those files and a ``launch.sh``; without it the
@@ -45,6 +47,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("spec", metavar="SPEC", help="the TOML run spec")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='replace a spec value (TOML: steps=1, dtype="float32", loss_hparams.eps_low=0.3); repeatable',
+    )
+    parser.add_argument(
         "--frameworks",
         default=",".join(FRAMEWORKS),
         help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all)",
@@ -77,7 +86,7 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.frameworks.launch import UnsupportedSettingError
     from gmpo_plugins.frameworks.render import block, write_launch
-    from gmpo_plugins.frameworks.spec import SpecError, load_spec
+    from gmpo_plugins.frameworks.spec import SpecError, load_spec, parse_override
     from gmpo_plugins.frameworks.translate import TRANSLATORS
 
     frameworks = parse_frameworks(args.frameworks)
@@ -87,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists():
         raise UsageError(f"--out: {out} already exists; choose a new folder (nothing is overwritten)")
     try:
-        spec = load_spec(args.spec)
+        overrides = dict(parse_override(text) for text in args.set)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        spec = load_spec(args.spec, overrides)
     except SpecError as exc:
         raise UsageError(f"{args.spec}: {exc}") from None
     launches, refusals = [], []

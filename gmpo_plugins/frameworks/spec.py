@@ -285,8 +285,23 @@ def spec_from_mapping(raw: Mapping[str, Any], base: Path) -> RunSpec:
     return spec
 
 
-def load_spec(path: str | Path) -> RunSpec:
-    """Read and check the TOML run spec at ``path`` (module docstring); raises SpecError."""
+def parse_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (VALUE in TOML: ``steps=1``, ``dtype="float32"``, ``advantage_std_norm=false``;
+    ``loss_hparams.eps_low=0.3`` for a loss hyper-parameter) as ``(KEY, value)``; SpecError otherwise."""
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals or not key:
+        raise SpecError(f"--set {text}: expected KEY=VALUE")
+    try:
+        parsed = tomllib.loads(f"value = {value.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        raise SpecError(f"--set {text}: {value.strip()!r} is not a TOML value (a string needs quotes)") from None
+    return key, parsed
+
+
+def load_spec(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunSpec:
+    """Read and check the TOML run spec at ``path`` (module docstring), with ``overrides``
+    (``parse_override``) replacing its values; raises SpecError."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"SPEC: {path} does not exist or is not a file")
@@ -294,4 +309,10 @@ def load_spec(path: str | Path) -> RunSpec:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"SPEC: {path.name} is not valid TOML ({exc})") from None
+    for key, value in (overrides or {}).items():
+        table, dot, name = key.partition(".")
+        if dot and table == "loss_hparams":
+            raw["loss_hparams"] = {**raw.get("loss_hparams", {}), name: value}
+        else:
+            raw[key] = value
     return spec_from_mapping(raw, path.resolve().parent)
