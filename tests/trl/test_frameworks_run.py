@@ -38,7 +38,7 @@ def test_the_example_trains_and_its_metrics_come_back_per_step(tmp_path, capsys)
     spec = example_in(tmp_path, **{'dtype = "bfloat16"': 'dtype = "float32"'})
     out = tmp_path / "run"
     assert main(["frameworks", str(spec), "--frameworks", "trl", "--out", str(out)]) == 0
-    records = json.loads((out / "records.json").read_text())["trl"]
+    records = json.loads((out / "records.json").read_text())["runs"]["trl"]
     assert records["complete"] is True
     history = [e for e in json.loads((out / "trl" / "log_history.json").read_text()) if "policy_loss" in e]
     # one optimiser step per RL step (4 responses, mini-batch 4): the records are TRL's own values
@@ -60,7 +60,11 @@ def test_a_trainer_that_fails_leaves_an_incomplete_report(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Status: INCOMPLETE" in report and "| trl | incomplete: " in report
     assert "RuntimeError: no score" in report
-    assert json.loads((out / "records.json").read_text())["trl"] == {"complete": False, "standins": "", "records": []}
+    assert json.loads((out / "records.json").read_text())["runs"]["trl"] == {
+        "complete": False,
+        "standins": "",
+        "records": [],
+    }
     assert "trl: INCOMPLETE" in capsys.readouterr().out
 
 

@@ -95,7 +95,7 @@ def verl_here(monkeypatch):
 def test_the_example_trains_in_verl_and_its_metrics_come_back_per_step(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["frameworks", str(example_in(tmp_path)), "--frameworks", "verl", "--out", str(out)]) == 0
-    result = json.loads((out / "records.json").read_text())["verl"]
+    result = json.loads((out / "records.json").read_text())["runs"]["verl"]
     assert result["complete"] is True and result["standins"].startswith("examples/verl_cpu")
     logged = {}
     for line in (out / "verl" / "metrics.jsonl").read_text().splitlines():
@@ -124,7 +124,7 @@ def test_a_verl_run_that_fails_is_incomplete_and_leaves_no_process(tmp_path, mon
     report = (out / "report.md").read_text()
     assert "Status: INCOMPLETE" in report and "| verl | incomplete: python3 ... exit status" in report
     assert "no_such_setting" in report  # the end of verl's output names the setting
-    assert json.loads((out / "records.json").read_text())["verl"]["records"] == []
+    assert json.loads((out / "records.json").read_text())["runs"]["verl"]["records"] == []
     assert "verl: INCOMPLETE" in capsys.readouterr().out
     assert leftovers(out) == []
 
@@ -136,7 +136,7 @@ def test_a_failed_verl_run_keeps_trls_results(tmp_path, monkeypatch):
     spec.write_text(spec.read_text().replace('dtype = "bfloat16"', 'dtype = "float32"'))
     out = tmp_path / "run"
     assert main(["frameworks", str(spec), "--frameworks", "verl,trl", "--out", str(out)]) == 1
-    results = json.loads((out / "records.json").read_text())
+    results = json.loads((out / "records.json").read_text())["runs"]
     assert results["verl"]["complete"] is False and results["verl"]["records"] == []
     assert results["trl"]["complete"] is True and [r["step"] for r in results["trl"]["records"]] == [1, 2, 3]
     report = (out / "report.md").read_text()
