@@ -36,6 +36,7 @@ the two first rollouts scored the same.
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ REWARD_TOLERANCE = 1e-6
 
 
 class FirstUpdateError(RuntimeError):
-    """Parameters that cannot be compared (unreadable files, different parameter names)."""
+    """Parameters that cannot be compared (unreadable files, different parameter names or shapes)."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +82,21 @@ class PairComparison:
 def initial_parameters(model: Path) -> dict[str, torch.Tensor]:
     """θ_0: every tensor of the model folder's ``*.safetensors`` files, by name."""
     try:
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
     except ImportError:
-        raise FirstUpdateError("reading the initial model needs safetensors (pip install safetensors)") from None
+        raise FirstUpdateError(
+            "reading the initial model needs safetensors (the report extra: pip install gmpo-plugins[report])"
+        ) from None
     files = sorted(model.glob("*.safetensors"))
     if not files:
         raise FirstUpdateError(f"{model}: no *.safetensors file to read the initial parameters from")
     parameters: dict[str, torch.Tensor] = {}
     for path in files:
-        parameters.update(load_file(str(path)))
+        try:
+            parameters.update(load_file(str(path)))
+        except (OSError, SafetensorError) as exc:
+            raise FirstUpdateError(f"{path}: cannot be read ({exc})") from None
     return parameters
 
 
@@ -97,8 +104,10 @@ def load_parameters(path: str | Path) -> dict[str, torch.Tensor]:
     """Parameters saved by a stand-in: a state dict, or ``{"state_dict": ...}``."""
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise FirstUpdateError(f"{path}: cannot be read ({exc})") from None
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+        # a file that is no torch.save archive fails in the unpickler; its message spans lines
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FirstUpdateError(f"{path}: cannot be read ({first_line})") from None
     state = saved.get("state_dict", saved) if isinstance(saved, Mapping) else None
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise FirstUpdateError(f"{path}: not a state dict of tensors")
@@ -114,15 +123,22 @@ def relative_difference(
 ) -> float:
     """``rel`` of the module docstring over the parameters ``first`` and ``second`` share with ``initial``.
 
-    Raises FirstUpdateError when the two name different parameters, or when neither moved.
+    Raises FirstUpdateError when the two name different parameters (or none), when a parameter's
+    shape differs between the three, or when neither moved.
     """
     if set(first) != set(second):
         only = sorted(set(first) ^ set(second))[:3]
         raise FirstUpdateError(f"the two runs saved different parameters (e.g. {', '.join(only)})")
+    if not first:
+        raise FirstUpdateError("the two runs saved no parameters")
     missing = sorted(set(first) - set(initial))
     if missing:
         raise FirstUpdateError(f"the initial model has no {', '.join(missing[:3])}")
     names = sorted(first)
+    for name in names:
+        shapes = [tuple(p[name].shape) for p in (initial, first, second)]
+        if len(set(shapes)) > 1:
+            raise FirstUpdateError(f"{name}: shapes differ (initial, first, second: {shapes})")
     theta0, theta_a, theta_b = (_flat(p, names) for p in (initial, first, second))
     stored = torch.maximum(theta_a.abs(), theta_b.abs()).float()
     ulp = torch.nextafter(stored, torch.tensor(math.inf)).double() - stored.double()

@@ -147,3 +147,21 @@ def test_a_file_that_is_not_toml(spec_dir):
 def test_a_spec_that_does_not_exist(spec_dir):
     with pytest.raises(SpecError, match=r"^SPEC: .*nothing.toml does not exist"):
         load_spec(spec_dir / "nothing.toml")
+
+
+def test_adam_eps_defaults_to_adamws_and_is_read(write_spec):
+    assert load_spec(write_spec()).adam_eps == 1e-8
+    assert load_spec(write_spec(adam_eps=100.0)).adam_eps == 100.0
+    assert load_spec(write_spec(adam_eps=1)).adam_eps == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"adam_eps": 1e-3, "optimizer": "sgd"}, "adam_eps: applies to optimizer = \"adamw\" only, not 'sgd'"),
+        ({"adam_eps": 0.0}, "adam_eps: expected a number > 0, got 0.0"),
+        ({"adam_eps": "small"}, "adam_eps: expected a finite number, got 'small'"),
+    ],
+)
+def test_bad_adam_eps(write_spec, values, expected):
+    assert error(write_spec, **values) == expected

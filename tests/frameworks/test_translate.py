@@ -201,3 +201,103 @@ def test_with_out_fills_every_placeholder(write_spec):
         assert words == [f"{key}={value}" for key, value in filled.env.items()] + list(filled.argv)
         # the dry run's and launch.sh's one-argument-a-line form is the same command
         assert shlex.split(shell_lines(filled.argv).replace("\\\n", " ")) == list(filled.argv)
+
+
+def test_adam_eps_per_framework(write_spec):
+    spec = load_spec(write_spec(adam_eps=100.0))
+    override = "++actor_rollout_ref.actor.optim.override_optimizer_config"
+    assert overrides(verl_translator.translate(spec))[override] == "{eps:100.0}"  # AdamW's keyword
+    assert flags(openrlhf_translator.translate(spec))["--actor.adam.eps"] == ["100.0"]
+    assert trl_translator.grpo_config(spec)["adam_epsilon"] == 100.0
+    error = refusal(spec, skyrl_translator.translate)
+    assert (error.framework, error.setting) == ("skyrl", "adam_eps=100.0")
+    assert str(error) == (
+        "skyrl cannot express adam_eps=100.0: trainer.policy.optimizer_config has no epsilon (AdamW's 1e-8)"
+    )
+
+
+def test_adam_eps_default_and_sgd(write_spec):
+    spec = load_spec(write_spec())  # adam_eps = 1e-8, what SkyRL's AdamW uses
+    override = "++actor_rollout_ref.actor.optim.override_optimizer_config"
+    assert overrides(verl_translator.translate(spec))[override] == "{eps:1e-08}"
+    assert flags(openrlhf_translator.translate(spec))["--actor.adam.eps"] == ["1e-08"]
+    assert trl_translator.grpo_config(spec)["adam_epsilon"] == 1e-8
+    # 1e-8 given explicitly is SkyRL's AdamW's own: not refused
+    assert skyrl_translator.translate(load_spec(write_spec(adam_eps=1e-8))).framework == "skyrl"
+    sgd = load_spec(write_spec(optimizer="sgd"))
+    assert not any("override_optimizer_config" in arg for arg in verl_translator.translate(sgd).argv)
+    assert (trl_translator.grpo_config(sgd)["optim"], trl_translator.grpo_config(sgd)["adam_epsilon"]) == ("sgd", 1e-8)
+
+
+def test_trl_keeps_the_prompts_in_file_order(write_spec):
+    assert trl_translator.grpo_config(load_spec(write_spec()))["shuffle_dataset"] is False
+
+
+TRANSLATORS = {
+    "verl": verl_translator,
+    "openrlhf": openrlhf_translator,
+    "trl": trl_translator,
+    "skyrl": skyrl_translator,
+}
+
+
+def first_update(spec, framework: str) -> dict[str, str]:
+    """``differences(spec)``'s first-update values by topic ("" values left out)."""
+    return {d.topic: d.first_update for d in TRANSLATORS[framework].differences(spec) if d.first_update}
+
+
+def test_the_first_update_advantages_follow_advantage_std_norm(write_spec):
+    normed, plain = load_spec(write_spec()), load_spec(write_spec(advantage_std_norm=False))
+    epsilons = {"verl": "1e-6", "openrlhf": "1e-9", "trl": "1e-4", "skyrl": "1e-6"}
+    for framework, epsilon in epsilons.items():
+        assert first_update(normed, framework)["advantages"] == f"(r - group mean) / (group std + {epsilon})"
+        assert first_update(plain, framework)["advantages"] == "r - group mean"
+
+
+def test_the_first_update_precision_follows_dtype(write_spec):
+    bf16, fp32 = load_spec(write_spec()), load_spec(write_spec(dtype="float32"))
+    described = {
+        "verl": "bf16 compute, float32 master weights",
+        "openrlhf": "bf16 weights, float32 master weights",
+        "trl": "bf16 autocast, float32 weights",
+        "skyrl": "bf16 compute, float32 master weights",  # FSDP2 mixed precision, as verl's
+    }
+    for framework, bfloat16 in described.items():
+        assert first_update(bf16, framework)["precision"] == bfloat16
+        assert first_update(fp32, framework)["precision"] == "float32"
+
+
+def test_the_first_update_kl_follows_kl_coef(write_spec):
+    without, with_kl = load_spec(write_spec()), load_spec(write_spec(kl_coef=0.05))
+    placed = {
+        "verl": "a separate term, aggregated with loss_agg_mode",
+        "openrlhf": "a separate term, a token mean",
+        "trl": "inside the registry loss",
+        "skyrl": "a separate term, added by the worker",
+    }
+    for framework, where in placed.items():
+        assert first_update(without, framework)["kl"] == "no KL term (kl_coef = 0)"
+        assert first_update(with_kl, framework)["kl"] == where
+
+
+def test_the_first_update_prompt_order(write_spec):
+    one, three = load_spec(write_spec(steps=1)), load_spec(write_spec(steps=3))
+    file_order = "the first prompts_per_step rows of the dataset"
+    for framework in ("verl", "trl"):
+        assert first_update(one, framework)["prompt order"] == first_update(three, framework)["prompt order"]
+        assert first_update(three, framework)["prompt order"] == file_order
+    # OpenRLHF shuffles the first steps * prompts_per_step rows: with one step, those are the step's own
+    assert first_update(one, "openrlhf")["prompt order"] == file_order
+    assert (
+        first_update(three, "openrlhf")["prompt order"] == "a seeded shuffle of the first steps * prompts_per_step rows"
+    )
+    # SkyRL shuffles every row of the dataset, whatever the steps
+    assert first_update(one, "skyrl")["prompt order"] == "a seeded shuffle of every row of the dataset"
+    assert first_update(three, "skyrl")["prompt order"] == "a seeded shuffle of every row of the dataset"
+
+
+def test_the_loss_aggregation_does_not_reach_the_first_update_comparison(write_spec):
+    # every framework normalises the first step's loss the core's way: nothing to name
+    spec = load_spec(write_spec())
+    for framework in TRANSLATORS:
+        assert "loss aggregation" not in first_update(spec, framework)

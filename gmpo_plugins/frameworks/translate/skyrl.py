@@ -45,6 +45,7 @@ from gmpo_plugins.frameworks.translate._common import (
     check_hparams,
     kl_placement,
     kl_refusal,
+    precision,
     reward_import,
 )
 
@@ -127,6 +128,19 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "loss aggregation",
             "SkyRL divides the advantages of each global mini-batch by its sequence (or token) count before the "
             "workers; the registry loss then sums (adapters.skyrl.options: the same gradient as the core's rule)",
+        ),
+        Difference(
+            "prompt order",
+            "always shuffled (its training StatefulDataLoader is built with shuffle=True, a generator seeded "
+            "with trainer.seed): each step draws trainer.train_batch_size of all the dataset's rows in a "
+            "seeded random order",
+            "a seeded shuffle of every row of the dataset",
+        ),
+        Difference(
+            "precision",
+            "FSDP2 mixed precision: float32 weights cast to param_dtype for forward and backward, float32 "
+            "master weights, reduction and optimiser",
+            precision(spec, "bf16 compute, float32 master weights"),
         ),
         Difference("rewards", "a skyrl_gym environment step per response (one turn, done)"),
         Difference("rollouts", "SkyRL's inference engines (vLLM by default)"),

@@ -1,0 +1,209 @@
+"""The first update compared between frameworks (gmpo_plugins.frameworks.first_update) on hand-made
+state dicts whose values are exact in float32, so that every ``rel`` is derived by hand:
+the ulp of a float32 value v in [2^e, 2^(e+1)) is 2^(e-23)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from gmpo_plugins.frameworks.first_update import (
+    TOLERANCE,
+    FirstUpdateError,
+    PairComparison,
+    causes,
+    compare_pair,
+    initial_parameters,
+    load_parameters,
+    relative_difference,
+    step_one_reward,
+)
+from gmpo_plugins.frameworks.launch import Difference, Launch
+
+
+def params(**values: list[float]) -> dict[str, torch.Tensor]:
+    return {name: torch.tensor(value, dtype=torch.float32) for name, value in values.items()}
+
+
+THETA0 = params(w=[0.0, 1.0], b=[-2.0])
+UPDATED = params(w=[0.5, 1.0], b=[-2.0])  # the largest update: 0.5 on w[0]
+
+
+def test_a_difference_above_the_ulp_over_the_larger_update():
+    # w[0]: 0.5 against 0.5078125 = 0.5 + 2^-7 (65/128); ulp(0.5078125) = 2^-24 (binade [0.5, 1))
+    other = params(w=[0.5078125, 1.0], b=[-2.0])
+    rel = relative_difference(THETA0, UPDATED, other)
+    # (2^-7 - 2^-24) / (65/128): the larger update (other's 65/128) is the scale
+    assert rel == (2**-7 - 2**-24) / 0.5078125 == (1 - 2**-17) / 65
+    assert relative_difference(THETA0, other, UPDATED) == rel  # symmetric in the two runs
+
+
+def test_one_float32_ulp_is_storage_rounding_two_are_one_ulp_over_the_update():
+    one_ulp = params(w=[0.5, 1.0 + 2**-23], b=[-2.0])  # torch.nextafter(1.0) in float32
+    assert one_ulp["w"][1].item() == torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)).item()
+    assert relative_difference(THETA0, UPDATED, one_ulp) == 0.0
+    below = params(w=[0.5, 1.0 - 2**-24], b=[-2.0])  # one ulp below 1.0 (binade [0.5, 1))
+    assert relative_difference(THETA0, UPDATED, below) == 0.0
+    two_ulps = params(w=[0.5, 1.0 + 2**-22], b=[-2.0])
+    # |1 + 2^-22 - 1| - ulp(1 + 2^-22) = 2^-22 - 2^-23 = 2^-23, over the update 0.5
+    assert relative_difference(THETA0, UPDATED, two_ulps) == 2**-23 / 0.5 == 2**-22
+    assert relative_difference(THETA0, two_ulps, UPDATED) == 2**-22
+    # a negative weight: the ulp of |-2 - 2^-21| is 2^-22 (binade [2, 4)), leaving 2^-22
+    negative = params(w=[0.5, 1.0], b=[-2.0 - 2**-21])
+    assert relative_difference(THETA0, UPDATED, negative) == 2**-22 / 0.5
+
+
+def test_equal_updates_are_zero_and_a_two_dimensional_parameter_is_flattened():
+    theta0 = {"m": torch.zeros(2, 2)}
+    moved = {"m": torch.tensor([[0.0, 0.25], [-0.125, 0.0]])}
+    assert relative_difference(theta0, moved, {"m": moved["m"].clone()}) == 0.0
+    other = {"m": torch.tensor([[0.0, 0.25], [-0.125, 2**-10]])}
+    # ulp(2^-10) = 2^-33; over the largest update 0.25
+    assert relative_difference(theta0, moved, other) == (2**-10 - 2**-33) / 0.25
+
+
+def test_parameters_that_cannot_be_compared_are_named():
+    with pytest.raises(FirstUpdateError, match=r"^the two runs saved different parameters \(e\.g\. b\)$"):
+        relative_difference(THETA0, UPDATED, params(w=[0.5, 1.0]))
+    with pytest.raises(FirstUpdateError, match=r"^the initial model has no extra$"):
+        relative_difference(THETA0, {**UPDATED, "extra": torch.ones(1)}, {**UPDATED, "extra": torch.ones(1)})
+    with pytest.raises(
+        FirstUpdateError, match=r"^w: shapes differ \(initial, first, second: \[\(2,\), \(2,\), \(3,\)\]\)$"
+    ):
+        relative_difference(THETA0, UPDATED, params(w=[0.5, 1.0, 0.0], b=[-2.0]))
+    with pytest.raises(FirstUpdateError, match=r"^the two runs saved no parameters$"):
+        relative_difference(THETA0, {}, {})
+    with pytest.raises(FirstUpdateError, match=r"^neither run moved any parameter in its first update$"):
+        relative_difference(THETA0, THETA0, {name: value.clone() for name, value in THETA0.items()})
+
+
+def test_a_state_dict_and_a_wrapped_state_dict_load_the_same(tmp_path):
+    torch.save(UPDATED, tmp_path / "plain.pt")
+    torch.save({"syncs": 1, "state_dict": UPDATED}, tmp_path / "wrapped.pt")
+    plain, wrapped = load_parameters(tmp_path / "plain.pt"), load_parameters(str(tmp_path / "wrapped.pt"))
+    assert sorted(plain) == sorted(wrapped) == ["b", "w"]
+    assert plain["w"].tolist() == wrapped["w"].tolist() == [0.5, 1.0]
+    assert plain["b"].tolist() == wrapped["b"].tolist() == [-2.0]
+
+
+def test_a_file_without_a_state_dict_is_refused(tmp_path):
+    torch.save({"syncs": 1, "step": 2}, tmp_path / "numbers.pt")
+    with pytest.raises(FirstUpdateError, match=r"numbers\.pt: not a state dict of tensors$"):
+        load_parameters(tmp_path / "numbers.pt")
+    torch.save([torch.ones(1)], tmp_path / "list.pt")
+    with pytest.raises(FirstUpdateError, match=r"list\.pt: not a state dict of tensors$"):
+        load_parameters(tmp_path / "list.pt")
+    (tmp_path / "text.pt").write_text("not a torch.save archive\n")
+    with pytest.raises(FirstUpdateError, match=r"text\.pt: cannot be read \(") as caught:
+        load_parameters(tmp_path / "text.pt")
+    assert "\n" not in str(caught.value)  # one line in the report
+    with pytest.raises(FirstUpdateError, match=r"absent\.pt: cannot be read \("):
+        load_parameters(tmp_path / "absent.pt")
+
+
+def test_the_initial_parameters_are_every_safetensors_file_of_the_model(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"w": THETA0["w"]}, str(tmp_path / "model-00001-of-00002.safetensors"))
+    save_file({"b": THETA0["b"]}, str(tmp_path / "model-00002-of-00002.safetensors"))
+    (tmp_path / "config.json").write_text("{}")
+    initial = initial_parameters(tmp_path)
+    assert sorted(initial) == ["b", "w"]
+    assert initial["w"].tolist() == [0.0, 1.0] and initial["b"].tolist() == [-2.0]
+
+
+def test_a_model_without_safetensors_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FirstUpdateError, match=r"no \*\.safetensors file to read the initial parameters from$"):
+        initial_parameters(tmp_path)
+    (tmp_path / "model.safetensors").write_text("garbage")
+    with pytest.raises(FirstUpdateError, match=r"model\.safetensors: cannot be read \("):
+        initial_parameters(tmp_path)
+
+
+def launch(framework: str, *values: tuple[str, str]) -> Launch:
+    return Launch(framework, ("python3",), differences=tuple(Difference(t, "behaviour", v) for t, v in values))
+
+
+def test_causes_are_the_topics_both_name_with_different_values_in_the_first_launchs_order():
+    verl = launch(
+        "verl",
+        ("precision", "float32"),
+        ("advantages", "(r - group mean) / (group std + 1e-6)"),
+        ("kl", "a separate term"),  # trl: "" (does not reach the first update)
+        ("prompt order", "file order"),  # the same in both
+        ("loss aggregation", ""),  # trl names one, verl none
+        ("rollouts", "verl's"),  # trl has no rollouts topic
+    )
+    trl = launch(
+        "trl",
+        ("advantages", "(r - group mean) / (group std + 1e-4)"),
+        ("kl", ""),
+        ("loss aggregation", "sequences of the step"),
+        ("prompt order", "file order"),
+        ("precision", "bf16 autocast"),
+    )
+    assert causes(verl, trl) == (
+        "precision: verl float32; trl bf16 autocast",
+        "advantages: verl (r - group mean) / (group std + 1e-6); trl (r - group mean) / (group std + 1e-4)",
+    )
+    assert causes(trl, verl) == (
+        "advantages: trl (r - group mean) / (group std + 1e-4); verl (r - group mean) / (group std + 1e-6)",
+        "precision: trl bf16 autocast; verl float32",
+    )
+    assert causes(verl, launch("skyrl")) == ()
+
+
+def pair(rel: float, tolerance: float | None = TOLERANCE, rewards=(0.5, 0.5)) -> PairComparison:
+    return PairComparison("verl", "trl", rel, tolerance, rewards, ())
+
+
+def test_identical_within_the_tolerance_and_none_without_one():
+    assert TOLERANCE == 1e-5
+    assert pair(1e-5).identical is True  # the edge is identical
+    assert pair(0.0).identical is True
+    assert pair(1.0000001e-5).identical is False
+    assert pair(0.0, tolerance=None).identical is None
+
+
+def test_same_rewards_within_a_millionth_and_none_when_one_is_missing():
+    assert pair(0.0, rewards=(0.5, 0.5)).same_rewards is True
+    assert pair(0.0, rewards=(0.5, 0.5 + 2e-6)).same_rewards is False  # 1e-6 absolute below |r| = 1
+    assert pair(0.0, rewards=(2.0, 2.0 + 1.5e-6)).same_rewards is True  # 1e-6 * 2 above it
+    assert pair(0.0, rewards=(2.0, 2.0 + 3e-6)).same_rewards is False
+    assert pair(0.0, rewards=(0.5, 0.25)).same_rewards is False
+    assert pair(0.0, rewards=(None, 0.25)).same_rewards is None
+    assert pair(0.0, rewards=(0.5, None)).same_rewards is None
+
+
+def test_step_one_reward_is_the_reward_logged_for_step_one():
+    assert step_one_reward([{"step": 2, "reward": 0.75}, {"step": 1.0, "reward": 0.25}]) == 0.25
+    assert step_one_reward([{"step": 1, "entropy": 3.0}, {"step": 2, "reward": 0.75}]) is None
+    assert step_one_reward([]) is None
+
+
+@pytest.mark.parametrize(("dtype", "tolerance", "identical"), [("float32", 1e-5, False), ("bfloat16", None, None)])
+def test_compare_pair_reads_both_files(tmp_path, dtype, tolerance, identical):
+    torch.save({"syncs": 1, "state_dict": UPDATED}, tmp_path / "verl.pt")
+    torch.save(params(w=[0.5078125, 1.0], b=[-2.0]), tmp_path / "trl.pt")
+    runs = {
+        "verl": (str(tmp_path / "verl.pt"), [{"step": 1, "reward": 0.5}]),
+        "trl": (str(tmp_path / "trl.pt"), [{"step": 1, "entropy": 2.0}]),
+    }
+    launches = {"verl": launch("verl", ("advantages", "A")), "trl": launch("trl", ("advantages", "B"))}
+    result = compare_pair(THETA0, runs, launches, "verl", "trl", dtype)
+    assert (result.first, result.second) == ("verl", "trl")
+    assert result.rel == (1 - 2**-17) / 65
+    assert (result.tolerance, result.identical) == (tolerance, identical)
+    assert result.rewards == (0.5, None) and result.same_rewards is None
+    assert result.causes == ("advantages: verl A; trl B",)
+
+
+def test_without_safetensors_the_initial_model_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors raises ImportError
+    with pytest.raises(
+        FirstUpdateError, match=r"needs safetensors \(the report extra: pip install gmpo-plugins\[report\]\)$"
+    ):
+        initial_parameters(tmp_path)
