@@ -58,6 +58,7 @@ BAD_INVOCATIONS = [
     (["frameworks", "examples/frameworks/tiny.toml", "--timeout", "0"], "--timeout"),
     (["frameworks", "examples/frameworks/tiny.toml", "--timeout", "x"], "--timeout"),
     (["frameworks", "no/such/spec.toml", "--dry-run"], "spec.toml"),
+    (["frameworks", "examples/frameworks/tiny.toml", "--set", "steps"], "--set"),
     (["compare", "--device", "tpu"], "--device"),
 ] + [([command, *REQUIRED.get(command, ()), "--no-such-option"], "--no-such-option") for command in subcommands()]
 

@@ -99,6 +99,35 @@ def test_a_refused_setting_stops_a_run_before_anything_starts(write_spec, capsys
     assert not (tmp_path / "gmpo-frameworks").exists()
 
 
+def test_set_replaces_spec_values_as_toml(write_spec, capsys):
+    argv = ["frameworks", str(write_spec()), "--dry-run", "--frameworks", "verl"]
+    sets = ["--set", "steps=1", "--set", "advantage_std_norm=false", "--set", "loss_hparams.eps_low=0.3"]
+    assert main([*argv, *sets]) == 0
+    out = capsys.readouterr().out
+    assert "trainer.total_training_steps=1 \\" in out and "algorithm.norm_adv_by_std_in_grpo=false \\" in out
+    assert "actor_rollout_ref.actor.clip_ratio_low=0.3 \\" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("steps", "--set steps: expected KEY=VALUE"),
+        ("dtype=float32", "--set dtype=float32: 'float32' is not a TOML value (a string needs quotes)"),
+    ],
+)
+def test_a_malformed_set_is_one_line(write_spec, capsys, value, expected):
+    err = usage_error(capsys, ["frameworks", str(write_spec()), "--dry-run", "--set", value])
+    assert err == f"gmpo-plugins frameworks: error: {expected}"
+
+
+def test_a_set_value_is_checked_like_the_spec(write_spec, capsys):
+    path = write_spec()
+    err = usage_error(capsys, ["frameworks", str(path), "--dry-run", "--set", "stepz=1"])
+    assert err.startswith(f"gmpo-plugins frameworks: error: {path}: stepz: unknown key (did you mean 'steps'?)")
+    err = usage_error(capsys, ["frameworks", str(path), "--dry-run", "--set", "steps=0"])
+    assert err == f"gmpo-plugins frameworks: error: {path}: steps: expected an integer >= 1, got 0"
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
