@@ -10,10 +10,11 @@ blocks name ``gmpo-frameworks/<framework>``. No framework needs to be installed.
 or a setting a framework cannot express, is one line and exit status 2.
 
 Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
-(``gmpo_plugins.frameworks.runner``; this version runs ``trl`` and ``verl``, verl with the
-CPU stand-ins of ``examples/verl_cpu`` where its interpreter sees no GPU; OpenRLHF and SkyRL
-refuse before anything starts), writes ``DIR/report.md`` (status, a per-step table per metric, the
-differences) and ``DIR/records.json``, and exits with status 1 when a run is incomplete
+(``gmpo_plugins.frameworks.runner``; this version runs ``trl``, ``verl`` and ``openrlhf``,
+verl and OpenRLHF with the CPU stand-ins of ``examples/verl_cpu`` and ``examples/openrlhf_cpu``
+where their interpreter sees no GPU; SkyRL refuses before anything starts), writes
+``DIR/report.md`` (status, a per-step table per metric, the differences) and
+``DIR/records.json``, and exits with status 1 when a run is incomplete
 (130 after Ctrl-C, the report written with what finished).
 """
 

@@ -8,15 +8,36 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
                trainer with the stand-ins of                  folder (``ray_dir``), so that every
                ``examples/verl_cpu`` (CPU platform, gloo      process the run leaves can be
                process group, HF-generate rollout server)     found and ended
+    openrlhf   ``examples/openrlhf_cpu`` standins and shims   ``python3 -m gmpo_plugins.adapters.
+               on PYTHONPATH (CPU torch.cuda calls, Ray's     openrlhf.cli`` for ``gmpo-openrlhf``
+               logical GPUs from ``OPENRLHF_E2E_RAY``, an     (the framework's interpreter, not
+               HF-generate vLLM engine, ``--ds.param_dtype    whichever script PATH finds);
+               fp32``); ``--ds.attn_implementation sdpa``     ``--vllm.num_engines 1
+               (flash-attn needs CUDA); the engine records    --actor.num_gpus_per_node 1
+               its completions and weights in ``record/``     --ref.num_gpus_per_node 1`` (one
+               (``OPENRLHF_E2E_RECORD_DIR``);                 engine, one rank each: OpenRLHF
+               ``TORCHDYNAMO_DISABLE=1``; DeepSpeed's         needs a vLLM engine to generate,
+               JIT-built CPU ops cached in                    and asks for 8 GPUs per model by
+               ``TORCH_EXTENSIONS_DIR`` (taken from the       default); Ray's files in a fresh
+               environment when set, else the                 folder (``RAY_TMPDIR``,
+               interpreter's virtualenv's                     ``ray_dir``)
+               ``torch_extensions``, where ``nox -s
+               openrlhf_e2e`` builds them: a first build
+               takes minutes), its ``bin`` first on PATH
+               (that cache is kept by the same ninja only)
     trl        nothing: TRL's GRPOTrainer runs on CPU as it is
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
-verl run on a machine without a GPU is refused (``StandinsError``) before anything starts.
+verl or OpenRLHF run on a machine without a GPU is refused (``StandinsError``) before
+anything starts, and so is an OpenRLHF launch in fp32 on a machine with a GPU (stock
+OpenRLHF trains in bf16 or fp16 only; fp32 is the stand-ins' addition).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, replace
@@ -27,6 +48,18 @@ from gmpo_plugins.frameworks.launch import Launch
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # in a checkout of gmpo-plugins
 VERL_STANDINS = "examples/verl_cpu (CPU platform, gloo process group, HF-generate rollout server)"
 VERL_MODULE = ("python3", "-m", "verl.trainer.main_ppo")
+OPENRLHF_SCRIPT = "gmpo-openrlhf"
+OPENRLHF_MODULE = ("python3", "-m", "gmpo_plugins.adapters.openrlhf.cli")
+OPENRLHF_STANDINS = (
+    "examples/openrlhf_cpu (CPU torch.cuda calls, logical Ray GPUs, HF-generate vLLM engine, fp32, sdpa attention)"
+)
+OPENRLHF_COUNTS = ("--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1")
+OPENRLHF_CPU_ARGS = ("--ds.attn_implementation", "sdpa")
+OPENRLHF_RAY = {"num_cpus": 6, "num_gpus": 3}  # logical: the actor, a reference model, one vLLM engine
+OPENRLHF_RECORD = "record"  # under the run's folder: the stand-in engine's completions and weights
+OPENRLHF_RECORD_ENV = "OPENRLHF_E2E_RECORD_DIR"
+TENSORBOARD_FLAG = "--logger.tensorboard_dir"
+FP32 = ("--ds.param_dtype", "fp32")
 PROBE = "import torch; print(torch.cuda.device_count())"
 PROBE_TIMEOUT_S = 300.0
 RAY_DIR_PREFIX = "gmpo-ray-"  # under /tmp: Ray's socket paths must stay short
@@ -62,8 +95,14 @@ def gpu_count(python: str) -> int:
 
 def local_launch(launch: Launch, python: str) -> LocalLaunch:
     """``launch`` (already filled with its folder) as it runs here with ``python`` (module docstring)."""
-    if launch.framework != "verl":
-        return LocalLaunch(launch)
+    if launch.framework == "verl":
+        return _verl(launch, python)
+    if launch.framework == "openrlhf":
+        return _openrlhf(launch, python)
+    return LocalLaunch(launch)
+
+
+def _verl(launch: Launch, python: str) -> LocalLaunch:
     if tuple(launch.argv[:3]) != VERL_MODULE:
         raise StandinsError(f"verl: expected a launch of {' '.join(VERL_MODULE)}, got {' '.join(launch.argv[:3])}")
     gpus = gpu_count(python)
@@ -78,3 +117,51 @@ def local_launch(launch: Launch, python: str) -> LocalLaunch:
         return LocalLaunch(replace(launch, argv=(*VERL_MODULE, *overrides)), ray_dir=ray_dir)
     argv = ("python3", "-m", "verl_cpu", *overrides)
     return LocalLaunch(replace(launch, argv=argv), VERL_STANDINS, (str(EXAMPLES),), ray_dir)
+
+
+def _openrlhf(launch: Launch, python: str) -> LocalLaunch:
+    if launch.argv[0] != OPENRLHF_SCRIPT:
+        raise StandinsError(f"openrlhf: expected a launch of {OPENRLHF_SCRIPT}, got {launch.argv[0]}")
+    gpus = gpu_count(python)
+    standins = EXAMPLES / "openrlhf_cpu"
+    fp32 = any(tuple(launch.argv[i : i + 2]) == FP32 for i in range(len(launch.argv)))
+    if gpus > 0 and fp32:
+        raise StandinsError(
+            f"openrlhf: dtype float32 (--ds.param_dtype fp32) runs only with the CPU stand-ins, and {python} sees "
+            f'{gpus} GPU(s); use dtype = "bfloat16" here (stock OpenRLHF trains in bf16 or fp16)'
+        )
+    if gpus == 0 and not (standins / "standins" / "sitecustomize.py").is_file():
+        raise StandinsError(
+            f"openrlhf: no GPU for {python}, and the CPU stand-ins (examples/openrlhf_cpu of a gmpo-plugins "
+            f"checkout) are not at {EXAMPLES}; run it from a checkout, or on a GPU machine"
+        )
+    ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
+    argv = (*OPENRLHF_MODULE, *launch.argv[1:], *OPENRLHF_COUNTS)
+    env = {**launch.env, "RAY_TMPDIR": ray_dir}
+    if gpus > 0:
+        return LocalLaunch(replace(launch, argv=argv, env=env), ray_dir=ray_dir)
+    cpu = replace(launch, argv=(*argv, *OPENRLHF_CPU_ARGS), env={**env, **_openrlhf_cpu_env(launch, python, ray_dir)})
+    pythonpath = (str(standins / "standins"), str(standins / "shims"))
+    return LocalLaunch(cpu, OPENRLHF_STANDINS, pythonpath, ray_dir)
+
+
+def _openrlhf_cpu_env(launch: Launch, python: str, ray_dir: str) -> dict[str, str]:
+    """The variables of an OpenRLHF run on the stand-ins (module docstring)."""
+    bin_dir = os.path.dirname(python)
+    run_dir = os.path.dirname(launch.argv[launch.argv.index(TENSORBOARD_FLAG) + 1])
+    return {
+        "OPENRLHF_E2E_RAY": json.dumps({**OPENRLHF_RAY, "temp_dir": ray_dir}),
+        OPENRLHF_RECORD_ENV: os.path.join(run_dir, OPENRLHF_RECORD),
+        "TORCHDYNAMO_DISABLE": "1",
+        "PATH": os.pathsep.join(filter(None, [bin_dir, os.environ.get("PATH")])),
+        **_torch_extensions(bin_dir),
+    }
+
+
+def _torch_extensions(bin_dir: str) -> dict[str, str]:
+    """``TORCH_EXTENSIONS_DIR`` in the virtualenv of ``bin_dir`` unless the environment names one (inherited)
+    or that folder cannot be written (torch's own cache folder then)."""
+    prefix = os.path.dirname(bin_dir)
+    if "TORCH_EXTENSIONS_DIR" in os.environ or not os.access(prefix, os.W_OK):
+        return {}
+    return {"TORCH_EXTENSIONS_DIR": os.path.join(prefix, "torch_extensions")}

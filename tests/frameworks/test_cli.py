@@ -73,11 +73,13 @@ def test_a_bad_spec_is_one_line_and_exit_2(write_spec, capsys, values, fragment)
     assert err.startswith(f"gmpo-plugins frameworks: error: {path}: {fragment}")
 
 
-def test_a_refused_setting_names_the_framework(write_spec, capsys):
-    err = usage_error(capsys, ["frameworks", str(write_spec(dtype="float32")), "--dry-run"])
-    assert err.startswith("gmpo-plugins frameworks: error: openrlhf cannot express dtype='float32': ")
+def test_a_refused_setting_names_the_framework(write_spec, spec_dir, capsys):
+    (spec_dir / "tokenizer").mkdir()  # OpenRLHF loads the tokenizer from the model folder only
+    spec = write_spec(tokenizer="tokenizer")
+    err = usage_error(capsys, ["frameworks", str(spec), "--dry-run"])
+    assert err.startswith("gmpo-plugins frameworks: error: openrlhf cannot express tokenizer=")
     assert err.endswith("(leave openrlhf out with --frameworks)")
-    assert main(["frameworks", str(write_spec(dtype="float32")), "--dry-run", "--frameworks", "verl,trl,skyrl"]) == 0
+    assert main(["frameworks", str(spec), "--dry-run", "--frameworks", "verl,trl"]) == 0
 
 
 @pytest.mark.parametrize(
@@ -89,15 +91,15 @@ def test_a_refused_setting_names_the_framework(write_spec, capsys):
         ),
         (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
         (
-            ["--frameworks", "trl,openrlhf"],
-            "openrlhf: running its trainer is not available in this version (runnable: trl, verl); "
+            ["--frameworks", "trl,skyrl"],
+            "skyrl: running its trainer is not available in this version (runnable: trl, verl, openrlhf); "
             "use --dry-run for its launch",
         ),
     ],
 )
 def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is openrlhf's
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is skyrl's
     assert (
         usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
     )

@@ -23,7 +23,9 @@
     kl_coef, kl_estimator       --algo.kl.use_loss --algo.kl.init_coef --algo.kl.estimator (0: init_coef 0)
     steps                       --data.max_samples steps * prompts_per_step with --train.num_episodes 1
     seed                        --train.seed
-    dtype                       --ds.param_dtype bf16 (float32 refused: OpenRLHF offers bf16 and fp16)
+    dtype                       --ds.param_dtype bf16 | fp32 (stock OpenRLHF offers bf16 and fp16 only: fp32
+                                runs with the CPU stand-ins of examples/openrlhf_cpu, a ``precision``
+                                difference)
 
 Adam's betas are set to torch's (0.9, 0.999), as the other frameworks use (OpenRLHF's default
 is (0.9, 0.95)). The adapter's own ``plan_loss`` and ``check_advantages`` read the
@@ -40,7 +42,7 @@ from gmpo_plugins.frameworks.translate._common import adapter_options, check_hpa
 
 NAME = "openrlhf"
 KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3"}
-PARAM_DTYPES = {"bfloat16": "bf16"}
+PARAM_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}
 
 REWARD_BRIDGE = '''"""OpenRLHF's reward_func for the run spec's reward(response, answer) (written by gmpo-plugins)."""
 
@@ -80,6 +82,11 @@ DIFFERENCES = (
     ),
     Difference("lengths", "no separate prompt limit: --data.max_len bounds prompt and response together"),
     Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
+)
+FP32 = Difference(
+    "precision",
+    "stock OpenRLHF accepts --ds.param_dtype bf16 or fp16 only; fp32 runs only with the CPU stand-ins' "
+    "patch (examples/openrlhf_cpu/standins), which adds it",
 )
 
 
@@ -124,10 +131,6 @@ def _refusals(spec: RunSpec) -> None:
         )
     if spec.optimizer != "adamw":
         raise UnsupportedSettingError(NAME, f"optimizer={spec.optimizer!r}", "--actor.optim offers adam and muon")
-    if spec.dtype not in PARAM_DTYPES:
-        raise UnsupportedSettingError(
-            NAME, f"dtype={spec.dtype!r}", "--ds.param_dtype offers bf16 and fp16 (DeepSpeed trains in one of them)"
-        )
 
 
 def translate(spec: RunSpec) -> Launch:
@@ -208,4 +211,5 @@ def translate(spec: RunSpec) -> Launch:
         f"{OUT}/tensorboard",
     ]
     bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward))
-    return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=DIFFERENCES)
+    differences = (*DIFFERENCES, FP32) if spec.dtype == "float32" else DIFFERENCES
+    return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=differences)
