@@ -119,6 +119,13 @@ def test_openrlhf_arguments(write_spec):
     assert "precision" not in {difference.topic for difference in launch.differences}
 
 
+def test_openrlhf_reward_bridge_strips_the_decoded_prompt_with_the_models_tokenizer(write_spec, spec_dir):
+    bridge = openrlhf_translator.translate(load_spec(write_spec())).files["reward.py"]
+    assert f"AutoTokenizer.from_pretrained({str(spec_dir / 'model')!r})" in bridge
+    assert f"{spec_dir / 'reward.py'}" in bridge
+    ast.parse(bridge)  # the file OpenRLHF loads is Python
+
+
 def test_openrlhf_fp32_is_the_cpu_standins_precision(write_spec):
     launch = openrlhf_translator.translate(load_spec(write_spec(dtype="float32")))
     assert flags(launch)["--ds.param_dtype"] == ["fp32"]

@@ -5,7 +5,8 @@
                                 separate ``tokenizer`` is refused)
     dataset                     --data.prompt_dataset, --data.input_key prompt, --data.label_key answer,
                                 --data.apply_chat_template
-    reward                      --reward.remote_url {out}/reward.py (reward_func bridge)
+    reward                      --reward.remote_url {out}/reward.py (reward_func bridge: the response is the
+                                query after the decoded prompt tokens, special tokens removed)
     loss, loss_hparams          --actor.policy_loss_type gmpo_plugins.<loss>; the adapter's flags
                                 (``adapters.openrlhf.options.FLAGS``): --actor.eps_clip_low_high,
                                 --actor.dual_clip, --actor.loss_agg_mode
@@ -44,17 +45,39 @@ NAME = "openrlhf"
 KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3"}
 PARAM_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}
 
-REWARD_BRIDGE = '''"""OpenRLHF's reward_func for the run spec's reward(response, answer) (written by gmpo-plugins)."""
+REWARD_BRIDGE = '''"""OpenRLHF's reward_func for the run spec's reward(response, answer) (written by gmpo-plugins).
+
+OpenRLHF passes each query as its prompt and response tokens decoded together (special tokens
+kept), and the prompt as its chat-template text, which a tokenizer need not decode back to the
+same characters. The response is what follows the prompt's tokens decoded, with the tokenizer's
+special tokens removed, as TRL and verl decode responses (the whole query when it starts with
+neither the decoded prompt nor its text: a prompt OpenRLHF truncated).
+"""
+
+import functools
 
 import torch
+from transformers import AutoTokenizer
 
 {imports}
 
+@functools.cache
+def _tokenizer():
+    return AutoTokenizer.from_pretrained({tokenizer!r})
+
+
+def _response(query, prompt):
+    tokenizer = _tokenizer()
+    decoded = tokenizer.decode(tokenizer(prompt, add_special_tokens=False)["input_ids"], skip_special_tokens=False)
+    head = next((text for text in (decoded, prompt) if query.startswith(text)), "")
+    response = query[len(head):]
+    for special in tokenizer.all_special_tokens:
+        response = response.replace(special, "")
+    return response
+
+
 def reward_func(queries, prompts, labels, **kwargs):
-    scores = []
-    for query, prompt, label in zip(queries, prompts, labels):
-        response = query[len(prompt):] if query.startswith(prompt) else query
-        scores.append(float(_reward(response, label)))
+    scores = [float(_reward(_response(query, prompt), label)) for query, prompt, label in zip(queries, prompts, labels)]
     rewards = torch.tensor(scores, dtype=torch.float32)
     return {{"rewards": rewards, "scores": rewards, "extra_logs": {{}}}}
 '''
@@ -210,6 +233,6 @@ def translate(spec: RunSpec) -> Launch:
         "--logger.tensorboard_dir",
         f"{OUT}/tensorboard",
     ]
-    bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward))
+    bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward), tokenizer=str(spec.tokenizer_path))
     differences = (*DIFFERENCES, FP32) if spec.dtype == "float32" else DIFFERENCES
     return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=differences)
