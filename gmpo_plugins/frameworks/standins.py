@@ -13,18 +13,22 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
                logical GPUs from ``OPENRLHF_E2E_RAY``, an     (the framework's interpreter, not
                HF-generate vLLM engine, ``--ds.param_dtype    whichever script PATH finds);
                fp32``); ``--ds.attn_implementation sdpa``     ``--vllm.num_engines 1
-               (flash-attn needs CUDA); the engine records    --actor.num_gpus_per_node 1
-               its completions and weights in ``record/``     --ref.num_gpus_per_node 1`` (one
-               (``OPENRLHF_E2E_RECORD_DIR``);                 engine, one rank each: OpenRLHF
-               ``TORCHDYNAMO_DISABLE=1``; DeepSpeed's         needs a vLLM engine to generate,
-               JIT-built CPU ops cached in                    and asks for 8 GPUs per model by
-               ``TORCH_EXTENSIONS_DIR`` (taken from the       default); Ray's files in a fresh
-               environment when set, else the                 folder (``RAY_TMPDIR``,
-               interpreter's virtualenv's                     ``ray_dir``)
-               ``torch_extensions``, where ``nox -s
-               openrlhf_e2e`` builds them: a first build
-               takes minutes), its ``bin`` first on PATH
-               (that cache is kept by the same ninja only)
+               (transformers refuses flash_attention_2        --actor.num_gpus_per_node 1
+               without CUDA); the engine records its          --ref.num_gpus_per_node 1`` (one
+               completions and weights in ``record/``         engine, one rank each: OpenRLHF
+               (``OPENRLHF_E2E_RECORD_DIR``);                 generates with vLLM engines only,
+               ``TORCHDYNAMO_DISABLE=1`` (keeps OpenRLHF's    and asks for 8 GPUs per model by
+               ``torch.compile``'d entropy, used with         default); Ray's files in a fresh
+               ``--actor.entropy_coef``, off the CPU          folder (``RAY_TMPDIR``,
+               compiler); DeepSpeed's JIT-built CPU ops       ``ray_dir``)
+               cached in ``TORCH_EXTENSIONS_DIR``: the
+               environment's when set, else the
+               interpreter's virtualenv's
+               ``torch_extensions`` where it can be
+               written (where ``nox -s openrlhf_e2e``
+               builds them; a first build takes minutes),
+               with its ``bin`` first on PATH (the cache
+               is reused by the same ninja only)
     trl        nothing: TRL's GRPOTrainer runs on CPU as it is
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
