@@ -346,7 +346,7 @@ def openrlhf_e2e(session: nox.Session) -> None:
     """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
     loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
     engine): a 2-step run, fp32 invariance over micro-batches and 2 actor ranks against 1, ZeRO 3,
-    bad input, the GPU example's arguments.
+    bad input, the GPU example's arguments, and `gmpo-plugins frameworks` on the example spec.
 
     Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
     JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do

@@ -9,12 +9,20 @@ in the launch is replaced by it), as the leader of a session of its own, with th
 process group and the run is marked incomplete; Ctrl-C does the same, then re-raises. Whatever
 a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts in process
 groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
-Metrics are read back from what the trainer logged (``metrics``), and the parameters after the
-first optimiser step from where the stand-ins left them (``standins``, ``first_update``).
+Metrics are read back from what the trainer logged (``metrics``; OpenRLHF's TensorBoard
+events through ``scalars``, run with OpenRLHF's interpreter, which has tensorboard), and the
+parameters after the first optimiser step from where the stand-ins left them (``standins``,
+``first_update``).
 
-Runnable here: ``trl`` (TRL's GRPOTrainer runs on CPU as it is) and ``verl`` (on a GPU, or
-with the CPU stand-ins of ``examples/verl_cpu``: ``standins``). OpenRLHF and SkyRL are
+Runnable here: ``trl`` (on CPU as it is; with the seeded rollout of ``examples/trl_cpu``
+where its interpreter sees no GPU), ``verl`` and ``openrlhf`` (on a GPU, or with the CPU
+stand-ins of ``examples/verl_cpu`` and ``examples/openrlhf_cpu``): ``standins``. SkyRL is
 refused before anything starts (``RUNNABLE``).
+
+``FrameworkRun.first_update`` names the torch file of the actor's parameters after its first
+optimiser step where the stand-ins left one (``LocalLaunch.first_update``), and only when the
+spec has one optimiser step per RL step: verl and OpenRLHF hand their weights to the rollout
+engine once per RL step, so what they left is the first update only then.
 """
 
 from __future__ import annotations
@@ -26,18 +34,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
-from gmpo_plugins.frameworks.metrics import trl_records, verl_records
+from gmpo_plugins.frameworks.metrics import openrlhf_records, trl_records, verl_records
 from gmpo_plugins.frameworks.spec import RunSpec
 from gmpo_plugins.frameworks.standins import LocalLaunch, StandinsError, local_launch
 
-RUNNABLE = ("trl", "verl")
+RUNNABLE = ("trl", "verl", "openrlhf")
 END_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
+READER_TIMEOUT_S = 300.0
+TENSORBOARD_FLAG = "--logger.tensorboard_dir"  # OpenRLHF's: the folder of its TensorBoard events
 
 
 class RunnerError(Exception):
@@ -180,22 +190,50 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
             shutil.rmtree(local.ray_dir, ignore_errors=True)
     seconds = time.monotonic() - start
     try:
-        records = read_records(spec, local, folder)
-    except (OSError, ValueError, KeyError) as exc:
+        records = read_records(spec, local, folder, python, env)
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
         return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
-    first_update = local.first_update if local.first_update and Path(local.first_update).is_file() else ""
-    return FrameworkRun(launch.framework, True, seconds, records, standins=local.standins, first_update=first_update)
+    update = first_update(spec, local)
+    return FrameworkRun(launch.framework, True, seconds, records, standins=local.standins, first_update=update)
 
 
-def read_records(spec: RunSpec, local: LocalLaunch, folder: Path) -> list[dict[str, float]]:
-    """The per-RL-step records ``local``'s framework logged in ``folder`` (``metrics``)."""
+def optimiser_steps_per_rl_step(spec: RunSpec) -> int:
+    """Optimiser steps in one RL step, epochs included."""
+    return spec.responses_per_step // spec.mini_batch_size * spec.epochs_per_batch
+
+
+def read_records(
+    spec: RunSpec, local: LocalLaunch, folder: Path, python: str, env: Mapping[str, str]
+) -> list[dict[str, float]]:
+    """The per-RL-step records ``local``'s framework logged in ``folder`` (``metrics``); ``python``
+    and ``env`` are the run's, for a reader that needs the framework's interpreter."""
     framework = local.launch.framework
     if framework == "trl":
         history = json.loads((folder / "log_history.json").read_text())
-        per_rl_step = spec.responses_per_step // spec.mini_batch_size * spec.epochs_per_batch
-        return trl_records(history, per_rl_step)
+        return trl_records(history, optimiser_steps_per_rl_step(spec))
     if framework == "verl":
         lines = Path(local.launch.env["VERL_FILE_LOGGER_PATH"]).read_text().splitlines()
         return verl_records(lines, memory=not local.standins)
+    if framework == "openrlhf":
+        logdir = local.launch.argv[local.launch.argv.index(TENSORBOARD_FLAG) + 1]
+        return openrlhf_records(tensorboard_scalars(python, logdir, env), kl=spec.kl_coef > 0)
     raise RunnerError(f"{framework}: no metrics reader")
+
+
+def tensorboard_scalars(python: str, logdir: str, env: Mapping[str, str]) -> dict[str, list[list[float]]]:
+    """Every scalar under ``logdir``, read by ``python -m gmpo_plugins.frameworks.scalars``; ValueError
+    with the reader's last line when it fails."""
+    argv = [python, "-m", "gmpo_plugins.frameworks.scalars", logdir]
+    done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=READER_TIMEOUT_S)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"{' '.join(argv)}: exit status {done.returncode}: {last}")
+    return json.loads(done.stdout)
+
+
+def first_update(spec: RunSpec, local: LocalLaunch) -> str:
+    """The file of the actor's parameters after its first optimiser step, or "" (module docstring)."""
+    if not local.first_update or optimiser_steps_per_rl_step(spec) != 1:
+        return ""
+    return local.first_update if Path(local.first_update).is_file() else ""

@@ -8,6 +8,27 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
                trainer with the stand-ins of                  folder (``ray_dir``), so that every
                ``examples/verl_cpu`` (CPU platform, gloo      process the run leaves can be
                process group, HF-generate rollout server)     found and ended
+    openrlhf   ``examples/openrlhf_cpu`` standins and shims   ``python3 -m gmpo_plugins.adapters.
+               on PYTHONPATH (CPU torch.cuda calls, Ray's     openrlhf.cli`` for ``gmpo-openrlhf``
+               logical GPUs from ``OPENRLHF_E2E_RAY``, an     (the framework's interpreter, not
+               HF-generate vLLM engine, ``--ds.param_dtype    whichever script PATH finds);
+               fp32``); ``--ds.attn_implementation sdpa``     ``--vllm.num_engines 1
+               (transformers refuses flash_attention_2        --actor.num_gpus_per_node 1
+               without CUDA); the engine records its          --ref.num_gpus_per_node 1`` (one
+               completions and weights in ``record/``         engine, one rank each: OpenRLHF
+               (``OPENRLHF_E2E_RECORD_DIR``);                 generates with vLLM engines only,
+               ``TORCHDYNAMO_DISABLE=1`` (keeps OpenRLHF's    and asks for 8 GPUs per model by
+               ``torch.compile``'d entropy, used with         default); Ray's files in a fresh
+               ``--actor.entropy_coef``, off the CPU          folder (``RAY_TMPDIR``,
+               compiler); DeepSpeed's JIT-built CPU ops       ``ray_dir``)
+               cached in ``TORCH_EXTENSIONS_DIR``: the
+               environment's when set, else the
+               interpreter's virtualenv's
+               ``torch_extensions`` where it can be
+               written (where ``nox -s openrlhf_e2e``
+               builds them; a first build takes minutes),
+               with its ``bin`` first on PATH (the cache
+               is reused by the same ninja only)
     trl        ``python3 -m trl_cpu SCRIPT``: TRL's own
                GRPOTrainer (it runs on CPU as it is) with
                the seeded ``rollout_func`` of
@@ -17,16 +38,20 @@ Every CPU rollout stand-in samples with ``examples/seeded_generation.py`` (seed 
 token ids and the sample's index for that prompt), so frameworks that hold the same weights draw
 the same responses, and each leaves the parameters after the first optimiser step in its
 folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
-receives (``VERL_CPU_SAVE_WEIGHTS``), TRL's callback the model after step 1
-(``TRL_CPU_FIRST_UPDATE``).
+receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
+(``record/engine_weights_1.pt``), TRL's callback the model after step 1 (``TRL_CPU_FIRST_UPDATE``).
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
-run on a machine without a GPU is refused (``StandinsError``) before anything starts.
+run on a machine without a GPU is refused (``StandinsError``) before anything starts, and so
+is an OpenRLHF launch in fp32 on a machine with a GPU (stock OpenRLHF trains in bf16 or fp16
+only; fp32 is the stand-ins' addition).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, replace
@@ -38,6 +63,18 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # in a checkout of 
 VERL_STANDINS = "examples/verl_cpu (CPU platform, gloo process group, HF-generate rollout server)"
 TRL_STANDINS = "examples/trl_cpu (seeded rollout_func: the rollouts of the other frameworks' stand-ins)"
 VERL_MODULE = ("python3", "-m", "verl.trainer.main_ppo")
+OPENRLHF_SCRIPT = "gmpo-openrlhf"
+OPENRLHF_MODULE = ("python3", "-m", "gmpo_plugins.adapters.openrlhf.cli")
+OPENRLHF_STANDINS = (
+    "examples/openrlhf_cpu (CPU torch.cuda calls, logical Ray GPUs, HF-generate vLLM engine, fp32, sdpa attention)"
+)
+OPENRLHF_COUNTS = ("--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1")
+OPENRLHF_CPU_ARGS = ("--ds.attn_implementation", "sdpa")
+OPENRLHF_RAY = {"num_cpus": 6, "num_gpus": 3}  # logical: the actor, a reference model, one vLLM engine
+OPENRLHF_RECORD = "record"  # under the run's folder: the stand-in engine's completions and weights
+OPENRLHF_RECORD_ENV = "OPENRLHF_E2E_RECORD_DIR"
+OPENRLHF_FIRST_SYNC = "engine_weights_1.pt"  # the weights of the engine's first sync: after RL step 1
+FP32 = ("--ds.param_dtype", "fp32")
 PROBE = "import torch; print(torch.cuda.device_count())"
 PROBE_TIMEOUT_S = 300.0
 RAY_DIR_PREFIX = "gmpo-ray-"  # under /tmp: Ray's socket paths must stay short
@@ -73,11 +110,12 @@ def gpu_count(python: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-def _require_examples(framework: str, python: str, module: str) -> None:
-    if not (EXAMPLES / module / "__main__.py").is_file():
+def _require_examples(framework: str, python: str, folder: str, entry: str = "__main__.py") -> None:
+    if not (EXAMPLES / folder / entry).is_file():
+        stand_ins = folder.split("/")[0]
         raise StandinsError(
-            f"{framework}: no GPU for {python}, and the CPU stand-ins (examples/{module} of a gmpo-plugins checkout) "
-            f"are not at {EXAMPLES}; run it from a checkout, or on a GPU machine"
+            f"{framework}: no GPU for {python}, and the CPU stand-ins (examples/{stand_ins} of a gmpo-plugins "
+            f"checkout) are not at {EXAMPLES}; run it from a checkout, or on a GPU machine"
         )
 
 
@@ -108,7 +146,53 @@ def _trl(launch: Launch, python: str, folder: Path) -> LocalLaunch:
     return LocalLaunch(replace(launch, argv=argv, env=env), TRL_STANDINS, (str(EXAMPLES),), None, first_update)
 
 
-PLANS = {"verl": _verl, "trl": _trl}
+def _openrlhf(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+    if launch.argv[0] != OPENRLHF_SCRIPT:
+        raise StandinsError(f"openrlhf: expected a launch of {OPENRLHF_SCRIPT}, got {launch.argv[0]}")
+    gpus = gpu_count(python)
+    standins = EXAMPLES / "openrlhf_cpu"
+    fp32 = any(tuple(launch.argv[i : i + 2]) == FP32 for i in range(len(launch.argv)))
+    if gpus > 0 and fp32:
+        raise StandinsError(
+            f"openrlhf: dtype float32 (--ds.param_dtype fp32) runs only with the CPU stand-ins, and {python} sees "
+            f'{gpus} GPU(s); use dtype = "bfloat16" here (stock OpenRLHF trains in bf16 or fp16)'
+        )
+    if gpus == 0:
+        _require_examples("openrlhf", python, "openrlhf_cpu/standins", "sitecustomize.py")
+    ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
+    argv = (*OPENRLHF_MODULE, *launch.argv[1:], *OPENRLHF_COUNTS)
+    env = {**launch.env, "RAY_TMPDIR": ray_dir}
+    if gpus > 0:
+        return LocalLaunch(replace(launch, argv=argv, env=env), ray_dir=ray_dir)
+    record = folder / OPENRLHF_RECORD
+    cpu_env = _openrlhf_cpu_env(python, ray_dir, record)
+    cpu = replace(launch, argv=(*argv, *OPENRLHF_CPU_ARGS), env={**env, **cpu_env})
+    pythonpath = (str(standins / "standins"), str(standins / "shims"))
+    return LocalLaunch(cpu, OPENRLHF_STANDINS, pythonpath, ray_dir, str(record / OPENRLHF_FIRST_SYNC))
+
+
+def _openrlhf_cpu_env(python: str, ray_dir: str, record: Path) -> dict[str, str]:
+    """The variables of an OpenRLHF run on the stand-ins (module docstring)."""
+    bin_dir = os.path.dirname(python)
+    return {
+        "OPENRLHF_E2E_RAY": json.dumps({**OPENRLHF_RAY, "temp_dir": ray_dir}),
+        OPENRLHF_RECORD_ENV: str(record),
+        "TORCHDYNAMO_DISABLE": "1",
+        "PATH": os.pathsep.join(filter(None, [bin_dir, os.environ.get("PATH")])),
+        **_torch_extensions(bin_dir),
+    }
+
+
+def _torch_extensions(bin_dir: str) -> dict[str, str]:
+    """``TORCH_EXTENSIONS_DIR`` in the virtualenv of ``bin_dir`` unless the environment names one (inherited)
+    or that folder cannot be written (torch's own cache folder then)."""
+    prefix = os.path.dirname(bin_dir)
+    if "TORCH_EXTENSIONS_DIR" in os.environ or not os.access(prefix, os.W_OK):
+        return {}
+    return {"TORCH_EXTENSIONS_DIR": os.path.join(prefix, "torch_extensions")}
+
+
+PLANS = {"verl": _verl, "openrlhf": _openrlhf, "trl": _trl}
 
 
 def local_launch(launch: Launch, python: str, folder: Path) -> LocalLaunch:

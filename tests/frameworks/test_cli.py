@@ -137,15 +137,15 @@ def test_a_set_value_is_checked_like_the_spec(write_spec, capsys):
         ),
         (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
         (
-            ["--frameworks", "trl,openrlhf"],
-            "openrlhf: running its trainer is not available in this version (runnable: trl, verl); "
+            ["--frameworks", "trl,skyrl"],
+            "skyrl: running its trainer is not available in this version (runnable: trl, verl, openrlhf); "
             "use --dry-run for its launch",
         ),
     ],
 )
 def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is openrlhf's
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)  # found: the refusal is skyrl's
     assert (
         usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
     )

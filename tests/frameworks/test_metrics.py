@@ -1,4 +1,5 @@
-"""TRL's log_history and verl's file logger -> one record per RL step in the run's vocabulary (hand values)."""
+"""TRL's log_history, verl's file logger and OpenRLHF's TensorBoard scalars -> one record per RL step in
+the run's vocabulary (hand values)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from gmpo_plugins.frameworks.metrics import trl_records, verl_records
+from gmpo_plugins.frameworks.metrics import openrlhf_records, trl_records, verl_records
 
 
 def test_optimiser_steps_are_grouped_into_rl_steps():
@@ -72,3 +73,32 @@ def test_verl_file_logger_lines_map_one_to_one():
     ]
     # the CPU stand-ins' platform reports 0 for every memory figure: left out, not reported
     assert verl_records(lines, memory=False)[1] == {"step": 2, "reward": 0.5, "policy_loss": -0.25}
+
+
+OPENRLHF_SCALARS = {
+    "train/rollout/reward_mean": [[1, 1.5], [2, 1.25]],
+    "train/policy_loss": [[1, 0.125], [2, -0.25]],
+    "train/kl": [[1, 0.0], [2, 0.0]],
+    "train/actor_grad_norm": [[1, 2.0], [2, 3.0]],
+    "train/timing/step_total": [[1, 0.5], [2, 0.75]],
+    "train/ppo_clip_ratio": [[1, 0.0], [2, 0.5]],  # both sides together: no vocabulary name
+    "train/reward": [[1, 9.0], [2, 9.0]],  # the actor's average of the same rewards: rollout/reward_mean is mapped
+}
+
+
+def test_openrlhf_global_steps_are_rl_steps():
+    assert openrlhf_records(OPENRLHF_SCALARS) == [
+        {"step": 1, "reward": 1.5, "policy_loss": 0.125, "kl": 0.0, "grad_norm": 2.0, "step_time": 0.5},
+        {"step": 2, "reward": 1.25, "policy_loss": -0.25, "kl": 0.0, "grad_norm": 3.0, "step_time": 0.75},
+    ]
+
+
+def test_openrlhf_kl_without_a_reference_model_is_left_out():
+    records = openrlhf_records(OPENRLHF_SCALARS, kl=False)
+    assert [sorted(record) for record in records] == [["grad_norm", "policy_loss", "reward", "step", "step_time"]] * 2
+
+
+def test_openrlhf_a_step_logged_twice_keeps_its_last_value_and_a_missing_tag_is_absent():
+    scalars = {"train/policy_loss": [[1, 0.5], [1, 0.25]], "train/actor_grad_norm": [[1, 1.0]]}
+    assert openrlhf_records(scalars) == [{"step": 1, "policy_loss": 0.25, "grad_norm": 1.0}]
+    assert openrlhf_records({"train/actor_grad_norm": [[1, 1.0]]}) == []  # no policy loss: no RL step ran

@@ -116,13 +116,29 @@ def test_openrlhf_arguments(write_spec):
     assert got["--algo.kl.use_loss"] == [] and got["--algo.kl.init_coef"] == ["0.01"]
     assert got["--algo.kl.estimator"] == ["k3"]
     assert got["--actor.adam.betas"] == ["0.9", "0.999"] and got["--ds.param_dtype"] == ["bf16"]
+    (precision,) = [d for d in launch.differences if d.topic == "precision"]
+    assert precision.first_update == "bf16 weights, float32 master weights"
+
+
+def test_openrlhf_reward_bridge_strips_the_decoded_prompt_with_the_models_tokenizer(write_spec, spec_dir):
+    bridge = openrlhf_translator.translate(load_spec(write_spec())).files["reward.py"]
+    assert f"AutoTokenizer.from_pretrained({str(spec_dir / 'model')!r})" in bridge
+    assert f"{spec_dir / 'reward.py'}" in bridge
+    ast.parse(bridge)  # the file OpenRLHF loads is Python
+
+
+def test_openrlhf_fp32_is_the_cpu_standins_precision(write_spec):
+    launch = openrlhf_translator.translate(load_spec(write_spec(dtype="float32")))
+    assert flags(launch)["--ds.param_dtype"] == ["fp32"]
+    precision = [d.behaviour for d in launch.differences if d.topic == "precision"]
+    assert len(precision) == 1 and "bf16 or fp16 only" in precision[0]
+    assert "examples/openrlhf_cpu/standins" in precision[0]
 
 
 @pytest.mark.parametrize(
     ("values", "setting"),
     [
         ({"optimizer": "sgd"}, "optimizer='sgd'"),
-        ({"dtype": "float32"}, "dtype='float32'"),
         ({"loss": "dr_grpo"}, "loss=dr_grpo"),  # its seq-mean-token-sum-norm has no OpenRLHF flag
     ],
 )

@@ -181,6 +181,7 @@ def _actor_class():
 
 
 def _patch_loss_marker(module):
+    os.makedirs(os.environ["OPENRLHF_E2E_RECORD_DIR"], exist_ok=True)
     path = os.path.join(os.environ["OPENRLHF_E2E_RECORD_DIR"], "loss_calls.jsonl")
     original = module.registry_forward
 

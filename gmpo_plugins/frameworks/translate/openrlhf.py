@@ -5,7 +5,8 @@
                                 separate ``tokenizer`` is refused)
     dataset                     --data.prompt_dataset, --data.input_key prompt, --data.label_key answer,
                                 --data.apply_chat_template
-    reward                      --reward.remote_url {out}/reward.py (reward_func bridge)
+    reward                      --reward.remote_url {out}/reward.py (reward_func bridge: the response is the
+                                query after the decoded prompt tokens, special tokens removed)
     loss, loss_hparams          --actor.policy_loss_type gmpo_plugins.<loss>; the adapter's flags
                                 (``adapters.openrlhf.options.FLAGS``): --actor.eps_clip_low_high,
                                 --actor.dual_clip, --actor.loss_agg_mode
@@ -24,7 +25,9 @@
     kl_coef, kl_estimator       --algo.kl.use_loss --algo.kl.init_coef --algo.kl.estimator (0: init_coef 0)
     steps                       --data.max_samples steps * prompts_per_step with --train.num_episodes 1
     seed                        --train.seed
-    dtype                       --ds.param_dtype bf16 (float32 refused: OpenRLHF offers bf16 and fp16)
+    dtype                       --ds.param_dtype bf16 | fp32 (stock OpenRLHF offers bf16 and fp16 only: fp32
+                                runs with the CPU stand-ins of examples/openrlhf_cpu, a ``precision``
+                                difference)
 
 Adam's betas are set to torch's (0.9, 0.999), as the other frameworks use (OpenRLHF's default
 is (0.9, 0.95)). The adapter's own ``plan_loss`` and ``check_advantages`` read the
@@ -50,19 +53,41 @@ from gmpo_plugins.frameworks.translate._common import (
 
 NAME = "openrlhf"
 KL_ESTIMATORS = {"k1": "k1", "k2": "k2", "k3": "k3"}
-PARAM_DTYPES = {"bfloat16": "bf16"}
+PARAM_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}
 
-REWARD_BRIDGE = '''"""OpenRLHF's reward_func for the run spec's reward(response, answer) (written by gmpo-plugins)."""
+REWARD_BRIDGE = '''"""OpenRLHF's reward_func for the run spec's reward(response, answer) (written by gmpo-plugins).
+
+OpenRLHF passes each query as its prompt and response tokens decoded together (special tokens
+kept), and the prompt as its chat-template text, which a tokenizer need not decode back to the
+same characters. The response is what follows the prompt's tokens decoded, with the tokenizer's
+special tokens removed, as TRL and verl decode responses (the whole query when it starts with
+neither the decoded prompt nor its text: a prompt OpenRLHF truncated).
+"""
+
+import functools
 
 import torch
+from transformers import AutoTokenizer
 
 {imports}
 
+@functools.cache
+def _tokenizer():
+    return AutoTokenizer.from_pretrained({tokenizer!r})
+
+
+def _response(query, prompt):
+    tokenizer = _tokenizer()
+    decoded = tokenizer.decode(tokenizer(prompt, add_special_tokens=False)["input_ids"], skip_special_tokens=False)
+    head = next((text for text in (decoded, prompt) if query.startswith(text)), "")
+    response = query[len(head):]
+    for special in tokenizer.all_special_tokens:
+        response = response.replace(special, "")
+    return response
+
+
 def reward_func(queries, prompts, labels, **kwargs):
-    scores = []
-    for query, prompt, label in zip(queries, prompts, labels):
-        response = query[len(prompt):] if query.startswith(prompt) else query
-        scores.append(float(_reward(response, label)))
+    scores = [float(_reward(_response(query, prompt), label)) for query, prompt, label in zip(queries, prompts, labels)]
     rewards = torch.tensor(scores, dtype=torch.float32)
     return {{"rewards": rewards, "scores": rewards, "extra_logs": {{}}}}
 '''
@@ -102,7 +127,10 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
         Difference("lengths", "no separate prompt limit: --data.max_len bounds prompt and response together"),
         Difference(
             "precision",
-            "DeepSpeed bf16: bf16 weights, float32 master weights in the optimiser",
+            "DeepSpeed bf16: bf16 weights, float32 master weights in the optimiser"
+            if spec.dtype == "bfloat16"
+            else "stock OpenRLHF accepts --ds.param_dtype bf16 or fp16 only; fp32 runs only with the CPU "
+            "stand-ins' patch (examples/openrlhf_cpu/standins), which adds it",
             precision(spec, "bf16 weights, float32 master weights"),
         ),
         Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
@@ -150,10 +178,6 @@ def _refusals(spec: RunSpec) -> None:
         )
     if spec.optimizer != "adamw":
         raise UnsupportedSettingError(NAME, f"optimizer={spec.optimizer!r}", "--actor.optim offers adam and muon")
-    if spec.dtype not in PARAM_DTYPES:
-        raise UnsupportedSettingError(
-            NAME, f"dtype={spec.dtype!r}", "--ds.param_dtype offers bf16 and fp16 (DeepSpeed trains in one of them)"
-        )
 
 
 def translate(spec: RunSpec) -> Launch:
@@ -235,5 +259,5 @@ def translate(spec: RunSpec) -> Launch:
         "--logger.tensorboard_dir",
         f"{OUT}/tensorboard",
     ]
-    bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward))
+    bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward), tokenizer=str(spec.tokenizer_path))
     return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=differences(spec))

@@ -16,10 +16,12 @@ request for the same prompt since the last weight sync), so runs that differ onl
 its batch, and other frameworks' stand-ins holding the same weights, draw the same responses. The weight
 sync is OpenRLHF's own broadcast from the actor's rank 0, over gloo instead of NCCL.
 
-With ``OPENRLHF_E2E_RECORD_DIR`` set, the engine appends every completion (prompt token ids, sample
-index, seed, completion token ids) to ``completions.jsonl`` there and writes its weights after every
-complete sync to ``engine_weights.pt`` (tests compare runs' samples, and the engine's weights with the
-actor's). Everything of OpenRLHF around it is
+With ``OPENRLHF_E2E_RECORD_DIR`` set (the folder is created when missing), the engine appends every
+completion (prompt token ids, sample index, seed, completion token ids) to ``completions.jsonl`` there
+and writes its weights, ``{"syncs": n, "state_dict": ...}``, after every complete sync to
+``engine_weights.pt``; those of the first sync (the actor after its first training step) are also kept
+as ``engine_weights_1.pt`` (tests compare runs' samples, and the engine's weights with the actor's;
+``gmpo-plugins frameworks`` reports the first update). Everything of OpenRLHF around it is
 real. Never ship this: it lives under examples/openrlhf_cpu/ (outside the package) and is put on PYTHONPATH
 only by the OpenRLHF tests and by users running OpenRLHF on CPU.
 """
@@ -187,15 +189,26 @@ class AsyncLLMEngine:
             self._record()
 
     def _record_completion(self, completion: dict) -> None:
-        directory = os.environ.get(RECORD_DIR_ENV)
+        directory = _record_dir()
         if directory:
             with open(os.path.join(directory, "completions.jsonl"), "a") as handle:
                 handle.write(json.dumps(completion) + "\n")
 
     def _record(self) -> None:
+        """The weights after this sync in ``engine_weights.pt``, and in ``engine_weights_1.pt`` after the first."""
         import torch
 
-        directory = os.environ.get(RECORD_DIR_ENV)
+        directory = _record_dir()
         if directory:
             state = {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}
-            torch.save({"syncs": self._syncs, "state_dict": state}, os.path.join(directory, "engine_weights.pt"))
+            names = ["engine_weights.pt"] + (["engine_weights_1.pt"] if self._syncs == 1 else [])
+            for name in names:
+                torch.save({"syncs": self._syncs, "state_dict": state}, os.path.join(directory, name))
+
+
+def _record_dir() -> str | None:
+    """``OPENRLHF_E2E_RECORD_DIR``, created when missing; None when it is not set."""
+    directory = os.environ.get(RECORD_DIR_ENV)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    return directory

@@ -1,0 +1,95 @@
+"""How an OpenRLHF launch is placed on this machine (``standins.local_launch``) with the GPU count
+stubbed: the stand-ins' PYTHONPATH, environment and arguments without a GPU, the plain launch with
+one, and the refusals (fp32 on a GPU, no checkout without one)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gmpo_plugins.frameworks import standins
+from gmpo_plugins.frameworks.spec import load_spec
+from gmpo_plugins.frameworks.translate import openrlhf as openrlhf_translator
+
+PYTHON = "/venvs/openrlhf/bin/python"
+
+
+@pytest.fixture
+def placed(monkeypatch, tmp_path):
+    """``placed(gpus, **spec values)``: the OpenRLHF launch of the spec, filled with ``tmp_path/run``,
+    as ``local_launch`` places it for an interpreter that sees ``gpus`` GPUs (its Ray folder removed)."""
+    made = []
+
+    def place(write_spec, gpus: int, **values) -> standins.LocalLaunch:
+        monkeypatch.setattr(standins, "gpu_count", lambda python: gpus)
+        launch = openrlhf_translator.translate(load_spec(write_spec(**values))).with_out(str(tmp_path / "run"))
+        local = standins.local_launch(launch, PYTHON, tmp_path / "run")
+        made.append(local.ray_dir)
+        return local
+
+    yield place
+    for ray_dir in made:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def arguments(argv) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for arg in argv[3:]:
+        if arg.startswith("--"):
+            found[arg] = []  # a later flag replaces an earlier one, as argparse keeps the last
+            current = arg
+        else:
+            found[current].append(arg)
+    return found
+
+
+def test_without_a_gpu_openrlhf_runs_on_the_checkouts_standins(placed, write_spec, tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    local = placed(write_spec, 0, dtype="float32")
+    argv, env = local.launch.argv, local.launch.env
+    assert argv[:3] == ("python3", "-m", "gmpo_plugins.adapters.openrlhf.cli")
+    got = arguments(argv)
+    assert got["--ds.param_dtype"] == ["fp32"] and got["--ds.attn_implementation"] == ["sdpa"]
+    assert got["--vllm.num_engines"] == ["1"] and got["--actor.num_gpus_per_node"] == ["1"]
+    assert local.standins.startswith("examples/openrlhf_cpu")
+    assert [Path(p).relative_to(standins.EXAMPLES).as_posix() for p in local.pythonpath] == [
+        "openrlhf_cpu/standins",
+        "openrlhf_cpu/shims",
+    ]
+    ray = json.loads(env["OPENRLHF_E2E_RAY"])
+    assert ray == {"num_cpus": 6, "num_gpus": 3, "temp_dir": local.ray_dir} and env["RAY_TMPDIR"] == local.ray_dir
+    assert Path(local.ray_dir).is_dir() and Path(local.ray_dir).name.startswith(standins.RAY_DIR_PREFIX)
+    assert env["OPENRLHF_E2E_RECORD_DIR"] == str(tmp_path / "run" / "record")
+    assert local.first_update == str(tmp_path / "run" / "record" / "engine_weights_1.pt")
+    assert env["TORCHDYNAMO_DISABLE"] == "1" and env["PATH"].startswith("/venvs/openrlhf/bin:")
+    assert "TORCH_EXTENSIONS_DIR" not in env  # /venvs cannot be written here: torch's own cache folder
+
+
+def test_torch_extensions_in_the_environment_are_inherited(placed, write_spec, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/cache/torch_extensions")
+    assert "TORCH_EXTENSIONS_DIR" not in placed(write_spec, 0).launch.env
+
+
+def test_with_a_gpu_openrlhf_runs_as_translated_with_one_engine_and_rank(placed, write_spec):
+    local = placed(write_spec, 1)
+    got = arguments(local.launch.argv)
+    assert local.standins == "" and local.pythonpath == ()
+    assert got["--vllm.num_engines"] == ["1"] and got["--ref.num_gpus_per_node"] == ["1"]
+    assert "--ds.attn_implementation" not in got and got["--ds.param_dtype"] == ["bf16"]
+    assert set(local.launch.env) == {"RAY_TMPDIR"}
+
+
+def test_fp32_on_a_gpu_is_refused(placed, write_spec):
+    with pytest.raises(standins.StandinsError) as caught:
+        placed(write_spec, 2, dtype="float32")
+    assert str(caught.value).startswith("openrlhf: dtype float32 (--ds.param_dtype fp32) runs only with the CPU")
+
+
+def test_without_a_gpu_or_a_checkout_openrlhf_is_refused(placed, write_spec, monkeypatch, tmp_path):
+    monkeypatch.setattr(standins, "EXAMPLES", tmp_path / "no-examples")
+    with pytest.raises(standins.StandinsError) as caught:
+        placed(write_spec, 0)
+    assert str(caught.value).startswith(f"openrlhf: no GPU for {PYTHON}, and the CPU stand-ins")
