@@ -109,22 +109,22 @@ def run(args: argparse.Namespace) -> int:
             launches.append(TRANSLATORS[name](spec))
         except UnsupportedSettingError as exc:
             refusals.append(exc)
+    lines = [f"{refusal} (leave {refusal.framework} out with --frameworks)" for refusal in refusals]
     if refusals and not args.dry_run:
-        exc = refusals[0]
-        raise UsageError(f"{exc} (leave {exc.framework} out with --frameworks)")
+        raise UsageError(lines[0])
     base = (out if out is not None else Path(DEFAULT_OUT)).resolve()
     launches = [launch.with_out(str(base / launch.framework)) for launch in launches]
     if not args.dry_run:
         return run_trainers(args, spec, launches, base)
     blocks = {launch.framework: block(launch) for launch in launches}
-    blocks.update({exc.framework: f"== {exc.framework} ==\nrefused: {exc}" for exc in refusals})
+    blocks.update({refusal.framework: f"== {refusal.framework} ==\nrefused: {refusal}" for refusal in refusals})
     print("\n\n".join(blocks[name] for name in frameworks))
     if out is not None:
         for launch in launches:
             write_launch(launch, out / launch.framework)
         print(f"launches written to {out}/")
-    for exc in refusals:
-        print(f"gmpo-plugins frameworks: error: {exc} (leave {exc.framework} out with --frameworks)", file=sys.stderr)
+    for line in lines:
+        print(f"gmpo-plugins frameworks: error: {line}", file=sys.stderr)
     return 2 if refusals else 0
 
 

@@ -30,11 +30,14 @@ Where two frameworks differ beyond the tolerance, ``causes`` names the behaviour
 reach the first update and that the spec could not align (``Difference.first_update``: the
 advantage formula, the prompt order, the precision, where KL enters): those are what to align to
 make the difference disappear. The step-1 mean reward, from each trainer's own log, says whether
-the two first rollouts scored the same.
+the two first rollouts were the same: where they differ, only the behaviours that choose the
+rollout (the prompt order) are named, since the updates of different rollouts cannot agree;
+where they are the same, only the others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 from collections.abc import Mapping, Sequence
@@ -47,6 +50,9 @@ from gmpo_plugins.frameworks.launch import Launch
 
 TOLERANCE = 1e-5
 REWARD_TOLERANCE = 1e-6
+# behaviours that choose which responses the first update is computed on: where the step-1
+# rewards differ, the rollouts did, and these are what to align first
+ROLLOUT_TOPICS = ("prompt order",)
 
 
 class FirstUpdateError(RuntimeError):
@@ -149,14 +155,20 @@ def relative_difference(
     return float(gap.max()) / scale
 
 
-def causes(first: Launch, second: Launch) -> tuple[str, ...]:
-    """The behaviours that reach the first update and differ between the two launches."""
+def causes(first: Launch, second: Launch, rollouts_differ: bool | None = None) -> tuple[str, ...]:
+    """The behaviours that reach the first update and differ between the two launches, in the
+    first launch's order: where the first rollouts differ (``rollouts_differ``: the step-1
+    rewards), only those that choose the rollout (``ROLLOUT_TOPICS``); where they are the same,
+    only the others; where it is not known (None), all."""
     named = {d.topic: d.first_update for d in second.differences if d.first_update}
     found = []
     for difference in first.differences:
         other = named.get(difference.topic)
-        if difference.first_update and other is not None and other != difference.first_update:
-            found.append(f"{difference.topic}: {first.framework} {difference.first_update}; {second.framework} {other}")
+        if not difference.first_update or other is None or other == difference.first_update:
+            continue
+        if rollouts_differ is not None and (difference.topic in ROLLOUT_TOPICS) != rollouts_differ:
+            continue
+        found.append(f"{difference.topic}: {first.framework} {difference.first_update}; {second.framework} {other}")
     return tuple(found)
 
 
@@ -180,11 +192,7 @@ def compare_pair(
     first-update file and its per-step records."""
     (path_a, records_a), (path_b, records_b) = runs[first], runs[second]
     rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b))
-    return PairComparison(
-        first,
-        second,
-        rel,
-        TOLERANCE if dtype == "float32" else None,
-        (step_one_reward(records_a), step_one_reward(records_b)),
-        causes(launches[first], launches[second]),
-    )
+    rewards = (step_one_reward(records_a), step_one_reward(records_b))
+    pair = PairComparison(first, second, rel, TOLERANCE if dtype == "float32" else None, rewards, ())
+    differ = None if pair.same_rewards is None else not pair.same_rewards
+    return dataclasses.replace(pair, causes=causes(launches[first], launches[second], differ))

@@ -98,7 +98,11 @@ def _rewards(pair: PairComparison) -> str:
 def _explanation(pair: PairComparison) -> str:
     if pair.identical is not False:
         return ""
-    return "; ".join(pair.causes) if pair.causes else "none of the named behaviours differs: unexplained"
+    if pair.causes:
+        return "; ".join(pair.causes)
+    if pair.same_rewards is False:
+        return "the first rollouts differ (step-1 rewards), and no named behaviour explains it"
+    return "none of the named behaviours differs: unexplained"
 
 
 def first_update_lines(pairs: Sequence[PairComparison], why_not: str) -> list[str]:

@@ -115,10 +115,17 @@ def test_equal_first_updates_are_identical(tmp_path, write_spec, spec_dir):
 
 
 def test_a_difference_above_the_tolerance_names_the_advantages(tmp_path, write_spec, spec_dir):
-    rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER, trl_reward=0.25)
-    assert rows == [f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | differ: 0.5 / 0.25 | {ADVANTAGES} |"]
+    rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER)
+    assert rows == [f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | 0.5 | {ADVANTAGES} |"]
     assert records[0]["rel"] == (1 - 2**-17) / 65 and records[0]["identical"] is False
-    assert records[0]["step_one_rewards"] == [0.5, 0.25]
+
+
+def test_different_first_rollouts_name_only_what_chooses_the_rollout(tmp_path, write_spec, spec_dir):
+    """verl and TRL both take the prompts in file order: rollouts that differ are unexplained."""
+    rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER, trl_reward=0.25)
+    unexplained = "the first rollouts differ (step-1 rewards), and no named behaviour explains it"
+    assert rows == [f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | differ: 0.5 / 0.25 | {unexplained} |"]
+    assert records[0]["step_one_rewards"] == [0.5, 0.25] and records[0]["causes"] == []
 
 
 def test_bfloat16_has_no_verdict(tmp_path, write_spec, spec_dir):
