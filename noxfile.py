@@ -16,7 +16,7 @@
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
     nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's trainers
-                      side by side: the first update compared (after trl, verl_e2e, openrlhf_e2e)
+                      side by side: the first update compared (after trl, verl, openrlhf)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -27,10 +27,12 @@ machines; an unpinned torch would pull a multi-GB CUDA build.
 
 Each session removes its virtualenv (.nox/<session>) once it passes, because nox would
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
-sessions, not of all of them together (about 20 GB). trl, verl_e2e and openrlhf_e2e keep
-theirs for frameworks_e2e, which removes them (about 6 GB together). A failed session keeps its virtualenv
+sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing:
+verl_e2e, skyrl_e2e and openrlhf_e2e run in the virtualenv of verl, skyrl and openrlhf (which
+nox runs first: `requires`), frameworks_e2e in those of trl, verl and openrlhf; the session
+that runs last in a virtualenv removes it (KEPT; about 6 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
-(`nox -r -s verl_e2e`, then `.nox/verl_e2e/bin/python ...`) or to only install
+(`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
 (`nox --install-only`).
 """
 
@@ -53,6 +55,8 @@ MYPY = "mypy==2.4.1"
 DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
 # verl 0.9.1 and what importing its workers needs (its verl-core extra)
 VERL_REQUIREMENTS = ("verl==0.9.1", "fastapi", "uvicorn")
+# what verl's trainer needs beyond that on CPU (verl_e2e, frameworks_e2e): its rollout router
+VERL_TRAINER_REQUIREMENTS = ("cachetools",)
 
 nox.options.error_on_missing_interpreters = True
 # pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's
@@ -63,7 +67,9 @@ WARNINGS_REPORTED = ("-W", "default")
 
 # the virtualenvs whose trainers frameworks_e2e runs side by side (framework -> session): their
 # sessions keep them, frameworks_e2e removes them once it passes
-FRAMEWORK_SESSIONS = {"verl": "verl_e2e", "openrlhf": "openrlhf_e2e", "trl": "trl"}
+FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl"}
+# sessions whose virtualenv a later session runs in (session -> the session that removes it)
+KEPT = {**{venv: "frameworks_e2e" for venv in FRAMEWORK_SESSIONS.values()}, "skyrl": "skyrl_e2e"}
 
 
 def releasing(session: nox.Session) -> bool:
@@ -76,12 +82,32 @@ def releasing(session: nox.Session) -> bool:
 
 
 def release_virtualenv(session: nox.Session) -> None:
-    """Remove the session's virtualenv once it passed (``releasing``), unless frameworks_e2e
-    still needs it (FRAMEWORK_SESSIONS)."""
-    if session.name in FRAMEWORK_SESSIONS.values() or not releasing(session):
+    """Remove the session's virtualenv once it passed (``releasing``), unless a later session
+    runs in it (KEPT), and the virtualenvs kept for this session."""
+    if not releasing(session):
         return
-    session.log(f"removing {session.virtualenv.location} (the session passed; keep it with -r)")
-    shutil.rmtree(session.virtualenv.location)
+    root = os.path.dirname(session.virtualenv.location)
+    own = [] if session.name in KEPT else [session.name]
+    for name in [*own, *(kept for kept, remover in KEPT.items() if remover == session.name)]:
+        if os.path.exists(os.path.join(root, name)):
+            session.log(f"removing {os.path.join(root, name)} (the session passed; keep it with -r)")
+            shutil.rmtree(os.path.join(root, name))
+
+
+def kept_python(session: nox.Session, name: str) -> str:
+    """The interpreter of session ``name``'s kept virtualenv (KEPT), which ``requires`` ran first."""
+    python = os.path.join(os.path.dirname(session.virtualenv.location), name, "bin", "python")
+    if not os.path.exists(python):
+        session.error(f"{python} is missing: run `nox -s {name} {session.name}`")
+    return python
+
+
+def activated(python: str, **env: str) -> dict[str, str]:
+    """``env`` with the virtualenv of ``python`` activated: its bin first on PATH (console scripts,
+    DeepSpeed's ninja), VIRTUAL_ENV set."""
+    bin_dir = os.path.dirname(python)
+    path = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+    return {**env, "PATH": path, "VIRTUAL_ENV": os.path.dirname(bin_dir)}
 
 
 def session(
@@ -164,27 +190,27 @@ def verl(session: nox.Session) -> None:
     verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
     `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported)."""
     session.install(TORCH)
-    session.install("-e", ".[test]", *VERL_REQUIREMENTS)
+    session.install("-e", ".[test]", *VERL_REQUIREMENTS, *VERL_TRAINER_REQUIREMENTS)
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
 
 
-@session
+@session(requires=["verl"])
 def verl_e2e(session: nox.Session) -> None:
     """verl's real trainer on CPU (RayPPOTrainer.fit, engine workers, FSDP2 on gloo) with
-    loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks (verl's
-    geo_mean measured), gspo/dapo/KL steps, bad settings, the GPU script's overrides,
-    `gmpo-plugins frameworks` on the example spec (TRL's side only where a TRL virtualenv is
-    found: TRL and verl 0.9.1 cannot share one). Stand-ins for the GPU parts:
-    examples/verl_cpu. cachetools: verl's rollout router."""
-    session.install(TORCH)
-    session.install("-e", ".[test]", "verl==0.9.1", "fastapi", "uvicorn", "cachetools")
+    loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks, gspo/dapo/KL
+    steps, bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on the example
+    spec (TRL's side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share
+    one). Stand-ins for the GPU parts: examples/verl_cpu. Runs in the verl session's
+    virtualenv (nothing installed here)."""
+    python = kept_python(session, "verl")
     # pytest's default basetemp (/tmp/pytest-of-<user>) keeps only the last three sessions of
     # the user: on a shared machine another session can delete the runs' files mid-test
     basetemp = os.path.join(session.virtualenv.location, "pytest-tmp")
-    session.run("pytest", "tests/verl_e2e", f"--basetemp={basetemp}", *session.posargs)
+    argv = ["tests/verl_e2e", f"--basetemp={basetemp}", *session.posargs]
+    session.run(python, "-m", "pytest", *argv, env=activated(python), external=True)
 
 
 # openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build
@@ -297,6 +323,11 @@ SKYRL_REQUIREMENTS = (
 )
 
 
+# what SkyRL's trainer imports beyond the policy-loss path (part of its skyrl-train extra):
+# the HTTP inference client module (aiohttp), the dataloader (torchdata), the batch (tensordict)
+SKYRL_TRAINER_REQUIREMENTS = ("aiohttp", "torchdata", "tensordict")
+
+
 @session
 def skyrl(session: nox.Session) -> None:
     """SkyRL adapter against skyrl 0.3.0 on CPU: registration (also through SkyRL's Ray registry
@@ -309,7 +340,7 @@ def skyrl(session: nox.Session) -> None:
     """
     session.install(TORCH)
     constraints = torch_constraint(session)
-    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS)
+    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
     session.install("-c", constraints, "-e", ".[test]")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     env = {"PYTHONPATH": shims}
@@ -318,75 +349,52 @@ def skyrl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "parity", env=env)
 
 
-# what SkyRL's trainer imports beyond the policy-loss path (part of its skyrl-train extra):
-# the HTTP inference client module (aiohttp), the dataloader (torchdata), the batch (tensordict)
-SKYRL_TRAINER_REQUIREMENTS = ("aiohttp", "torchdata", "tensordict")
-
-
-@session
+@session(requires=["skyrl"])
 def skyrl_e2e(session: nox.Session) -> None:
     """SkyRL 0.3.0's own RayPPOTrainer.train() on CPU (FSDP2 on gloo, Ray, weight sync) with
     policy_loss_type=gmpo: a 2-step run, parameter invariance over micro-batches and ranks (and a
     split-dependent loss that must fail it; SkyRL's gspo reported), bad configurations.
 
-    Same install as the skyrl session plus SKYRL_TRAINER_REQUIREMENTS; examples/skyrl_cpu stands
-    in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings).
+    Runs in the skyrl session's virtualenv (which has SKYRL_TRAINER_REQUIREMENTS); examples/skyrl_cpu
+    stands in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings).
     """
-    session.install(TORCH)
-    constraints = torch_constraint(session)
-    session.install("-c", constraints, SKYRL, *SKYRL_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
-    session.install("-c", constraints, "-e", ".[test]")
+    python = kept_python(session, "skyrl")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
-    env = {"PYTHONPATH": shims}
-    session.run("pytest", "tests/skyrl_e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
+    argv = ["tests/skyrl_e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs]
+    session.run(python, "-m", "pytest", *argv, env=activated(python, PYTHONPATH=shims), external=True)
 
 
-@session
+@session(requires=["openrlhf"])
 def openrlhf_e2e(session: nox.Session) -> None:
     """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
     loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
     engine): a 2-step run, fp32 invariance over micro-batches and 2 actor ranks against 1, ZeRO 3,
-    bad input, the GPU example's arguments, and `gmpo-plugins frameworks` on the example spec.
+    bad input, the GPU example's arguments, `gmpo-plugins frameworks` on the example spec.
 
-    Same install as the openrlhf session. DeepSpeed's CPU ops (fused_adam, shm comm) are
-    JIT-built once into the virtualenv before the tests (reused by `nox -r`), so the runs do
-    not build them. examples/openrlhf_cpu (standins, shims) stands in for CUDA
-    and vLLM in the processes the tests start (see their docstrings).
+    Runs in the openrlhf session's virtualenv. DeepSpeed's CPU ops (fused_adam, shm comm) are
+    JIT-built once into it before the tests (reused by `nox -r`), so the runs do not build them.
+    examples/openrlhf_cpu (standins, shims) stands in for CUDA and vLLM in the processes the
+    tests start (see their docstrings).
     """
-    _install_openrlhf(session)
-    extensions = os.path.join(os.path.dirname(session.bin), "torch_extensions")
-    env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1", "TORCH_EXTENSIONS_DIR": extensions}
-    session.run("python", "-c", DEEPSPEED_CPU_OPS, env=env)
-    session.run("pytest", "tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs, env=env)
+    python = kept_python(session, "openrlhf")
+    extensions = os.path.join(os.path.dirname(os.path.dirname(python)), "torch_extensions")
+    env = activated(python, PYTHONPATH=OPENRLHF_SHIMS, TORCHDYNAMO_DISABLE="1", TORCH_EXTENSIONS_DIR=extensions)
+    session.run(python, "-c", DEEPSPEED_CPU_OPS, env=env, external=True)
+    argv = ["tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs]
+    session.run(python, "-m", "pytest", *argv, env=env, external=True)
 
 
 @session(requires=list(FRAMEWORK_SESSIONS.values()))
 def frameworks_e2e(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's own trainers side by side (the
-    CPU stand-ins of examples/), from the virtualenvs of the verl_e2e, openrlhf_e2e and trl sessions
-    (run first: `requires`): the first update identical across the three, TRL's advantage epsilon
+    CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf and trl sessions (run
+    first: `requires`): the first update identical across the three, TRL's advantage epsilon
     named, a setting flipped in one framework flagged. Nothing is installed here; the three
     virtualenvs are removed once it passes."""
-    root = os.path.dirname(session.virtualenv.location)
-    pythons = {name: os.path.join(root, venv, "bin", "python") for name, venv in FRAMEWORK_SESSIONS.items()}
-    for name, python in pythons.items():
-        if not os.path.exists(python):
-            session.error(f"{python} is missing: run `nox -s {FRAMEWORK_SESSIONS[name]} frameworks_e2e`")
-    env = {f"GMPO_PLUGINS_PYTHON_{name.upper()}": python for name, python in pythons.items()}
-    session.run(
-        pythons["trl"],
-        "-m",
-        "pytest",
-        "tests/frameworks_e2e",
-        "--durations=0",
-        *session.posargs,
-        env=env,
-        external=True,
-    )
-    if releasing(session):
-        for venv in FRAMEWORK_SESSIONS.values():
-            session.log(f"removing {os.path.join(root, venv)} (frameworks_e2e passed)")
-            shutil.rmtree(os.path.join(root, venv))
+    pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
+    env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
+    argv = ["tests/frameworks_e2e", "--durations=0", *session.posargs]
+    session.run(pythons["trl"], "-m", "pytest", *argv, env=env, external=True)
 
 
 @session

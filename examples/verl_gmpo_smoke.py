@@ -2,8 +2,8 @@
 
     python examples/verl_gmpo_smoke.py [--steps N] [extra verl overrides ...]
 
-Needs verl 0.9.1, gmpo-plugins and cachetools in the environment (``nox -r -s verl_e2e`` makes
-one and keeps it: ``.nox/verl_e2e/bin/python examples/verl_gmpo_smoke.py``). Builds a tiny random Qwen2,
+Needs verl 0.9.1, gmpo-plugins and cachetools in the environment (``nox -s verl --install-only`` makes
+one and keeps it: ``.nox/verl/bin/python examples/verl_gmpo_smoke.py``). Builds a tiny random Qwen2,
 its tokenizer and a toy dataset in a new temporary folder, then runs
 ``python -m verl_cpu`` (examples/verl_cpu: verl's RayPPOTrainer.fit() with CPU stand-ins for
 the GPU platform, the vLLM server and NCCL) and prints verl's own console metric lines, one

@@ -32,9 +32,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 def planned_runs(base: list[str]) -> list[Run]:
-    """The session's trainer runs (names are used by the tests). verl's geo_mean has no run with
-    one micro-batch: there it computes gmpo's loss (the same parameters after the step, measured
-    0.0), so ``gmpo_mb1`` is its baseline, as it is split_dependent_gmpo's."""
+    """The session's trainer runs (names are used by the tests). ``gmpo_mb1`` is the baseline of
+    the split runs, and of split_dependent_gmpo's (with one micro-batch it is gmpo)."""
     gmpo = loss("gmpo")
     return [
         Run("gmpo_mb1", base + gmpo + split(1) + ["trainer.total_training_steps=2"]),
@@ -42,9 +41,6 @@ def planned_runs(base: list[str]) -> list[Run]:
         Run("gmpo_mb4", base + gmpo + split(4)),
         Run("gmpo_dp2", base + gmpo + split(ranks=2)),
         Run("split_dependent_mb4", base + loss("split_dependent_gmpo") + split(4)),
-        Run("geo_mean_mb2", base + loss("geo_mean") + split(2)),
-        Run("geo_mean_mb4", base + loss("geo_mean") + split(4)),
-        Run("geo_mean_dp2", base + loss("geo_mean") + split(ranks=2)),
         Run(
             "gspo",
             base

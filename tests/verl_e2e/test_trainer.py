@@ -66,24 +66,6 @@ def test_a_split_dependent_loss_fails_the_invariance_check(trainer_runs):
     assert difference > 100 * TOLERANCE
 
 
-def test_invariance_table_ours_against_verls_geo_mean(trainer_runs):
-    """Measured and printed; verl's geo_mean is not asserted on (verl #7913, #7916)."""
-    lines = [
-        "invariance after one step, max|params - params(1 micro-batch)| / max|update| (tolerance "
-        f"{TOLERANCE:g} for gmpo):",
-        f"  {'split':<17} {'gmpo (ours)':>12} {'geo_mean (verl)':>16}",
-    ]
-    for split, label in SPLITS:
-        ours = _difference(trainer_runs, "gmpo", split)
-        try:
-            theirs = f"{_difference(trainer_runs, 'geo_mean', split):16.3g}"
-        except AssertionError as error:
-            theirs = f"{'(' + str(error)[:12] + ')':>16}"
-        lines.append(f"  {label:<17} {ours:12.3g} {theirs}")
-    FIGURES.extend(lines)
-    print("\n".join(lines))
-
-
 @pytest.mark.parametrize(
     ("name", "marker"),
     [
