@@ -1,11 +1,13 @@
 """The example spec (examples/frameworks) run by each framework's trainer in the tests: its files
-and a freshly built model in a folder, and what its first rollout must score.
+and a freshly built model in a folder, what its first rollout must score, and the processes a
+run left behind.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -59,3 +61,17 @@ def first_rollout_reward(folder: Path) -> float:
             text = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
             scores.append(reward.reward(text, row["answer"]))
     return sum(scores) / len(scores)
+
+
+def processes_naming(*texts: str) -> list[int]:
+    """Ids of the processes, this one aside, whose command line contains one of ``texts``: what a
+    run left behind (its folder, its Ray folder)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(text in cmdline for text in texts) and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found

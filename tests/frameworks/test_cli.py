@@ -15,6 +15,14 @@ from gmpo_plugins.cli import main
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "frameworks" / "tiny.toml"
 
 
+ALL_FOUR = ["== verl ==", "== openrlhf ==", "== trl ==", "== skyrl =="]
+
+
+def headers(out: str) -> list[str]:
+    """The dry run's block headers, in order."""
+    return [line for line in out.splitlines() if line.startswith("== ")]
+
+
 def usage_error(capsys, argv) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -79,12 +87,7 @@ def test_a_refused_setting_takes_its_frameworks_block_in_a_dry_run(write_spec, c
     spec = write_spec(adam_eps=100.0)
     assert main(["frameworks", str(spec), "--dry-run", "--out", str(tmp_path / "out")]) == 2
     out, err = capsys.readouterr()
-    assert [line for line in out.splitlines() if line.startswith("== ")] == [
-        "== verl ==",
-        "== openrlhf ==",
-        "== trl ==",
-        "== skyrl ==",
-    ]
+    assert headers(out) == ALL_FOUR
     refusal = "skyrl cannot express adam_eps=100.0: trainer.policy.optimizer_config has no epsilon (AdamW's 1e-8)"
     assert f"== skyrl ==\nrefused: {refusal}" in out
     assert err.splitlines() == [f"gmpo-plugins frameworks: error: {refusal} (leave skyrl out with --frameworks)"]
@@ -173,12 +176,7 @@ def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):
     # SkyRL cannot set AdamW's epsilon, which the example raises for a gradient-sized first step
     assert main(["frameworks", str(tmp_path / "tiny.toml"), "--dry-run", "--out", str(tmp_path / "out")]) == 2
     out, err = capsys.readouterr()
-    assert [line for line in out.splitlines() if line.startswith("== ")] == [
-        "== verl ==",
-        "== openrlhf ==",
-        "== trl ==",
-        "== skyrl ==",
-    ]
+    assert headers(out) == ALL_FOUR
     assert "refused: skyrl cannot express adam_eps=100.0" in out and "adam_eps=100.0" in err
     # 2 prompts x 2 rollouts, one optimiser step of 4 responses per RL step, 3 steps
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out

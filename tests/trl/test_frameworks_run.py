@@ -7,32 +7,18 @@ outlives --timeout leaves an incomplete report and no process behind."""
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from gmpo_plugins.cli import main
-from tests.example_runs import example_in, first_rollout_reward
+from tests.example_runs import example_in, first_rollout_reward, processes_naming
 
 
 @pytest.fixture(autouse=True)
 def trl_here(monkeypatch):
     monkeypatch.setenv("GMPO_PLUGINS_PYTHON_TRL", sys.executable)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return [pid for pid in found if pid != os.getpid()]
 
 
 def test_the_example_trains_and_its_metrics_come_back_per_step(tmp_path, capsys):
@@ -81,4 +67,4 @@ def test_a_trainer_past_its_timeout_is_ended_with_its_processes(tmp_path):
     out = tmp_path / "run"
     assert main(["frameworks", str(spec), "--frameworks", "trl", "--out", str(out), "--timeout", "1"]) == 1
     assert "incomplete: " in (out / "report.md").read_text() and "stopped after 1 s" in (out / "report.md").read_text()
-    assert processes_mentioning(str(out / "trl" / "train_trl.py")) == []
+    assert processes_naming(str(out / "trl" / "train_trl.py")) == []

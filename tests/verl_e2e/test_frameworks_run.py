@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.translate import TRANSLATORS
-from tests.example_runs import example_in, first_rollout_reward
+from tests.example_runs import example_in, first_rollout_reward, processes_naming
 
 # every vocabulary metric verl logs on CPU for the example (kl: use_kl_loss is off; peak memory:
 # the CPU platform reports none)
@@ -41,15 +40,7 @@ def leftovers(out: Path) -> list[int]:
     command = (out / "verl" / "output.log").read_text().split("\n$ ")[-1].splitlines()[0]
     ray_dir = re.search(r"_temp_dir=(\S+)", command).group(1)
     assert not Path(ray_dir).exists()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if (str(out) in cmdline or ray_dir in cmdline) and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
+    return processes_naming(str(out), ray_dir)
 
 
 def inject_a_bad_override(monkeypatch) -> None:

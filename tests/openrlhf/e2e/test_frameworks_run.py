@@ -11,7 +11,6 @@ import dataclasses
 import importlib.util
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from transformers import AutoTokenizer
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks import runner
 from gmpo_plugins.frameworks.translate import TRANSLATORS
-from tests.example_runs import example_in
+from tests.example_runs import example_in, processes_naming
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -73,15 +72,7 @@ def run_example(folder: Path, translate=None) -> Ran:
 def leftovers(ran: Ran) -> list[int]:
     """Processes whose command line names the run's folder or its Ray folder; that folder must be gone."""
     assert len(ran.ray_dirs) == 1 and not Path(ran.ray_dirs[0]).exists()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if (str(ran.out) in cmdline or ran.ray_dirs[0] in cmdline) and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
+    return processes_naming(str(ran.out), ran.ray_dirs[0])
 
 
 @pytest.fixture(scope="module")
