@@ -3,6 +3,8 @@
     gmpo-plugins frameworks SPEC [--set KEY=VALUE ...] [--dry-run] [--frameworks verl,openrlhf,trl,skyrl]
                                  [--out DIR] [--timeout S]
 
+``--frameworks`` defaults to all four for ``--dry-run`` and to the three it runs otherwise.
+
 Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``; ``--set`` replaces a value,
 as written in TOML), translates it for each
 framework and prints, one block per framework, the exact command, the files it reads and
@@ -55,8 +57,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--frameworks",
-        default=",".join(FRAMEWORKS),
-        help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all)",
+        default=None,
+        help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all for --dry-run, "
+        "the runnable verl,openrlhf,trl for a run)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print each framework's launch, run nothing")
     parser.add_argument(
@@ -86,10 +89,12 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.frameworks.launch import UnsupportedSettingError
     from gmpo_plugins.frameworks.render import block, write_launch
+    from gmpo_plugins.frameworks.runner import RUNNABLE
     from gmpo_plugins.frameworks.spec import SpecError, load_spec, parse_override
-    from gmpo_plugins.frameworks.translate import TRANSLATORS
+    from gmpo_plugins.frameworks.translate import FRAMEWORKS, TRANSLATORS
 
-    frameworks = parse_frameworks(args.frameworks)
+    default = FRAMEWORKS if args.dry_run else RUNNABLE
+    frameworks = parse_frameworks(args.frameworks) if args.frameworks is not None else default
     if args.timeout <= 0:
         raise UsageError(f"--timeout: expected seconds > 0, got {args.timeout}")
     out = Path(args.out) if args.out is not None else (None if args.dry_run else Path(DEFAULT_OUT))

@@ -43,7 +43,7 @@ from gmpo_plugins.frameworks.metrics import openrlhf_records, trl_records, verl_
 from gmpo_plugins.frameworks.spec import RunSpec
 from gmpo_plugins.frameworks.standins import LocalLaunch, StandinsError, local_launch
 
-RUNNABLE = ("trl", "verl", "openrlhf")
+RUNNABLE = ("verl", "openrlhf", "trl")
 END_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
 READER_TIMEOUT_S = 300.0

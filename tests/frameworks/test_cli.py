@@ -141,7 +141,7 @@ def test_a_set_value_is_checked_like_the_spec(write_spec, capsys):
         (["--timeout", "0"], "--timeout: expected seconds > 0, got 0.0"),
         (
             ["--frameworks", "trl,skyrl"],
-            "skyrl: running its trainer is not available in this version (runnable: trl, verl, openrlhf); "
+            "skyrl: running its trainer is not available in this version (runnable: verl, openrlhf, trl); "
             "use --dry-run for its launch",
         ),
     ],
@@ -153,6 +153,23 @@ def test_usage_errors(write_spec, capsys, tmp_path, monkeypatch, extra, expected
         usage_error(capsys, ["frameworks", str(write_spec()), *extra]) == f"gmpo-plugins frameworks: error: {expected}"
     )
     assert not (tmp_path / "gmpo-frameworks").exists()  # refused before anything is written
+
+
+def test_a_run_trains_verl_openrlhf_and_trl_by_default(write_spec, capsys, tmp_path, monkeypatch):
+    from gmpo_plugins.frameworks import runner
+
+    asked = []
+
+    def framework_python(framework):
+        asked.append(framework)
+        if framework == "trl":
+            raise runner.RunnerError("trl: stop here")
+        return sys.executable
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "framework_python", framework_python)
+    assert usage_error(capsys, ["frameworks", str(write_spec())]) == "gmpo-plugins frameworks: error: trl: stop here"
+    assert asked == ["verl", "openrlhf", "trl"] and not (tmp_path / "gmpo-frameworks").exists()
 
 
 def test_a_run_without_the_frameworks_virtualenv_is_refused_before_anything_starts(
