@@ -6,7 +6,9 @@ entry. Each prompt is tokenised exactly as TRL tokenises it for its own generati
 (``apply_chat_template(..., add_generation_prompt=True, tokenize=True)`` for conversational
 prompts, the tokenizer otherwise); the k-th entry of a prompt in the batch is its sample k
 (``SampleIndex``, reset per batch), sampled from the trainer's current weights with TRL's
-temperature, top-k, top-p and ``max_completion_length``.
+temperature, top-k, top-p and ``max_completion_length``. With one process (how
+``gmpo-plugins frameworks`` runs TRL on a CPU) the batch holds every sample of its prompts;
+several processes would each count from 0 over their slice.
 """
 
 from __future__ import annotations

@@ -18,10 +18,15 @@ a collective over the FSDP ranks: every rank consumes the generator); the first 
 rollout group sends them to its server.
 
 Reproducible rollouts: each request is sampled by ``seeded_generation.seeded_sample`` (examples/),
-seeded from its prompt's token ids and its index among the samples of that prompt since the
-last weight update, the function every CPU rollout stand-in shares: two runs that differ only
-in how the actor splits the batch, and two frameworks holding the same weights, draw the same
-responses for each prompt.
+seeded from its prompt's token ids and its sample index among the samples of that prompt, the
+function every CPU rollout stand-in shares: two runs that differ only in how the actor splits
+the batch, and two frameworks holding the same weights, draw the same responses for each
+prompt. The sample index comes from the request id: with
+``actor_rollout_ref.rollout.full_determinism=true`` verl names each request ``det-<i>`` after
+its position in the rollout batch, which verl repeats ``rollout.n`` times interleaved, so the
+sample index is ``i % rollout.n`` whichever replica serves it. Without it (random request ids)
+each server counts the samples of each prompt since its last weight update, which is the same
+only with one replica.
 
 Optional: with ``VERL_CPU_SAVE_WEIGHTS=<dir>`` in the environment of verl's task runner (the
 process that launches the servers) each server saves every weight version it receives to
@@ -32,6 +37,7 @@ initial model), for tests that compare parameters between runs.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -59,9 +65,12 @@ class HFRolloutServer:
         response_length: Maximum new tokens (verl's agent loop sends no ``max_tokens``).
         replica_rank: Rank of the replica (names saved weight files).
         save_dir: Folder to save every received weight version to, or None.
+        samples_per_prompt: verl's ``rollout.n`` (module docstring: the sample index).
     """
 
-    def __init__(self, model_path: str, response_length: int, replica_rank: int, save_dir: str | None) -> None:
+    def __init__(
+        self, model_path: str, response_length: int, replica_rank: int, save_dir: str | None, samples_per_prompt: int
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(1)
@@ -71,6 +80,7 @@ class HFRolloutServer:
         self.replica_rank = replica_rank
         self.save_dir = save_dir
         self.version = 0
+        self.samples_per_prompt = samples_per_prompt
         self.sample_index = SampleIndex()
 
     def generate(
@@ -86,10 +96,15 @@ class HFRolloutServer:
         distribution (temperature and top-p/top-k applied), as verl's vLLM server does."""
         max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 0)
         max_new = min(max_new, self.response_length) if max_new > 0 else self.response_length
+        position = re.fullmatch(r"det-(\d+)", request_id)
+        if position is not None:
+            index = int(position.group(1)) % self.samples_per_prompt
+        else:
+            index = self.sample_index.next(prompt_ids)
         sample = seeded_sample(
             self.model,
             prompt_ids,
-            self.sample_index.next(prompt_ids),
+            index,
             max_new,
             temperature=float(sampling_params.get("temperature", 1.0)),
             top_k=int(sampling_params.get("top_k", -1)),
@@ -158,6 +173,7 @@ class HFReplica(RolloutReplica):
                 response_length=self.config.response_length,
                 replica_rank=self.replica_rank,
                 save_dir=os.environ.get(SAVE_WEIGHTS_ENV) or None,
+                samples_per_prompt=int(self.config.n),
             )
         )
         self.servers = [server]

@@ -13,7 +13,9 @@ The engine generates with Hugging Face ``generate`` on CPU from the same checkpo
 asks for, bfloat16, computed in float32), through ``examples/seeded_generation.py``, the sampling every CPU
 rollout stand-in shares: each request is seeded from the prompt's token ids and its sample index (the k-th
 request for the same prompt since the last weight sync), so runs that differ only in how the actor splits
-its batch, and other frameworks' stand-ins holding the same weights, draw the same responses. The weight
+its batch, and other frameworks' stand-ins holding the same weights, draw the same responses. The count is
+the engine's own: with one engine (``--vllm.num_engines 1``, as the tests and ``gmpo-plugins frameworks``
+run it) it numbers every sample of a prompt; several engines would each count from 0. The weight
 sync is OpenRLHF's own broadcast from the actor's rank 0, over gloo instead of NCCL.
 
 With ``OPENRLHF_E2E_RECORD_DIR`` set (the folder is created when missing), the engine appends every
