@@ -157,7 +157,7 @@ def test_the_run_leaves_no_process_and_removes_its_ray_folder(ran):
 
 
 def test_an_openrlhf_run_that_fails_is_incomplete_and_leaves_no_process(tmp_path):
-    translate = TRANSLATORS["runs"]["openrlhf"]
+    translate = TRANSLATORS["openrlhf"]
 
     def with_a_missing_model(spec):
         # argparse keeps the last value: OpenRLHF starts Ray, then its actor fails to load the model
