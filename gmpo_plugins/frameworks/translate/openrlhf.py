@@ -115,9 +115,11 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
         ),
         Difference(
             "prompt order",
-            "always shuffled (its prompts dataloader is built with shuffle=True): each step draws "
-            "--rollout.batch_size of the first --data.max_samples rows in a seeded random order",
-            FILE_ORDER if spec.steps == 1 else "a seeded shuffle of the first steps * prompts_per_step rows",
+            "always shuffled: its prompts dataloader is built with shuffle=True (not configurable) in the "
+            "PPO trainer's Ray actor, whose random state --train.seed does not fix (two runs of the example "
+            "drew different first batches); each step takes --rollout.batch_size of the first "
+            "--data.max_samples rows",
+            FILE_ORDER if spec.steps == 1 else "a shuffle of the first steps * prompts_per_step rows",
         ),
         Difference("rewards", "clipped to --reward.clip_range (default [-10, 10]) before the advantages"),
         Difference(
