@@ -304,9 +304,7 @@ def test_the_first_update_prompt_order(write_spec):
         assert first_update(three, framework)["prompt order"] == file_order
     # OpenRLHF shuffles the first steps * prompts_per_step rows: with one step, those are the step's own
     assert first_update(one, "openrlhf")["prompt order"] == file_order
-    assert (
-        first_update(three, "openrlhf")["prompt order"] == "a shuffle of the first steps * prompts_per_step rows"
-    )
+    assert first_update(three, "openrlhf")["prompt order"] == "a shuffle of the first steps * prompts_per_step rows"
     # SkyRL shuffles every row of the dataset, whatever the steps
     assert first_update(one, "skyrl")["prompt order"] == "a seeded shuffle of every row of the dataset"
     assert first_update(three, "skyrl")["prompt order"] == "a seeded shuffle of every row of the dataset"
