@@ -13,7 +13,8 @@ Names (``policy_loss_type``): OpenRLHF's own ``ppo`` and ``gspo`` keep OpenRLHF'
 Every registry loss ``<name>`` is reachable as ``gmpo_plugins.<name>``, and as ``<name>``
 unless OpenRLHF owns that name (so our ``gspo`` is ``gmpo_plugins.gspo``).
 
-Translation, for each hyper-parameter the loss declares (``spec.defaults``):
+Translation (``OPENRLHF_FIELDS``, ``hparam_sources``), for each hyper-parameter the loss
+declares (``spec.defaults``):
 
     eps_low, eps_high  <- clip_eps_low, clip_eps_high; LOG space for clip_space "log"
                           (gmpo family: per-token log ratio clipped to [-eps_low, eps_high],
@@ -22,7 +23,11 @@ Translation, for each hyper-parameter the loss declares (``spec.defaults``):
                           (grpo/dapo/gspo: [1 - eps_low, 1 + eps_high], as OpenRLHF's ppo)
     dual_clip          <- dual_clip (losses without it refuse a value)
     reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean
-    kl_beta            stays 0: OpenRLHF adds its own KL loss (--algo.kl.use_loss)
+    kl_beta            stays 0 unless set by GMPO_PLUGINS_LOSS_HPARAMS: OpenRLHF adds its
+                       own KL loss (--algo.kl.use_loss)
+
+Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` (``gmpo-openrlhf``
+forwards it to the Ray workers through the runtime env) or keeps the loss's default.
 
 ``token_level_loss`` for losses without a ``reduction`` (reduction fixed by the method):
 sequence-level losses (gmpo family, gspo) are per-sequence means whatever it says; True
@@ -51,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.hparam_sources import Field, Resolution, announce, resolve
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import list_losses
 from gmpo_plugins.core.spec import LossSpec
@@ -61,12 +66,18 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "gmpo_plugins."
 OPENRLHF_OWN = ("ppo", "gspo")
-FLAGS = {
-    "eps_low": "--actor.eps_clip_low_high (LOW)",
-    "eps_high": "--actor.eps_clip_low_high (HIGH)",
-    "dual_clip": "--actor.dual_clip",
-    "reduction": "--actor.loss_agg_mode",
-}
+OPENRLHF_FIELDS = (  # train_ppo_ray flag (as PolicyLoss receives it) -> registry hyper-parameter
+    Field("eps_low", "--actor.eps_clip_low_high (LOW)", 0.2, lambda kw: kw["clip_eps_low"]),
+    Field("eps_high", "--actor.eps_clip_low_high (HIGH)", 0.2, lambda kw: kw["clip_eps_high"]),
+    Field("dual_clip", "--actor.dual_clip", None, lambda kw: kw["dual_clip"]),
+    Field(
+        "reduction",
+        "--actor.loss_agg_mode",
+        TOKEN_MEAN,
+        lambda kw: TOKEN_MEAN if kw["token_level_loss"] else SEQ_MEAN_TOKEN_MEAN,
+    ),
+)
+FLAGS = {row.hparam: row.name for row in OPENRLHF_FIELDS}
 _warned: set[str] = set()
 
 
@@ -110,9 +121,8 @@ def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     return spec
 
 
-def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> str | None:
-    """The ``reduction`` hyper-parameter (losses that have one), after the refusals."""
-    agg = TOKEN_MEAN if token_level_loss else SEQ_MEAN_TOKEN_MEAN
+def _check_reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> None:
+    """Refuse (or warn once for) an ``--actor.loss_agg_mode`` the loss cannot express."""
     if "reduction" in spec.defaults:
         default = spec.defaults["reduction"]
         if default not in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN):
@@ -123,7 +133,7 @@ def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) ->
                 "--actor.loss_agg_mode seq-mean-token-mean or token-mean, or OpenRLHF's "
                 "--algo.advantage.estimator dr_grpo"
             )
-        return agg
+        return
     if spec.sequence_level:
         if token_level_loss and policy_loss_type not in _warned:
             _warned.add(policy_loss_type)
@@ -135,14 +145,57 @@ def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) ->
                 "silence this warning (OpenRLHF's KL-loss and entropy terms stay token means either way).",
                 policy_loss_type,
             )
-        return None
+        return
     if not token_level_loss:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.loss_agg_mode {SEQ_MEAN_TOKEN_MEAN} cannot be expressed by "
             f"--actor.policy_loss_type={policy_loss_type}: this token-level loss has its reduction fixed "
             f"by the method; use --actor.loss_agg_mode {TOKEN_MEAN}"
         )
-    return None
+
+
+def loss_resolution(
+    policy_loss_type: str,
+    *,
+    clip_eps_low: Any,
+    clip_eps_high: Any,
+    dual_clip: Any,
+    token_level_loss: Any,
+    is_correction_level: Any,
+) -> Resolution | None:
+    """Every hyper-parameter of the registry loss for PolicyLoss's constructor arguments, with
+    its source (module docstring), or None for OpenRLHF's own ppo/gspo. Raises
+    OpenRLHFConfigError naming the flag."""
+    spec = registry_spec(policy_loss_type)
+    if spec is None:
+        return None
+    if is_correction_level != "off":
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --algo.advantage.is_correction_level={is_correction_level} is not supported with "
+            f"--actor.policy_loss_type={policy_loss_type}: OpenRLHF applies its train/rollout IS correction "
+            "inside its own ppo loss (a per-token gate with no faithful counterpart for this loss); use "
+            "--algo.advantage.is_correction_level off, or --actor.policy_loss_type ppo"
+        )
+    if "dual_clip" not in spec.defaults and dual_clip is not None:
+        raise OpenRLHFConfigError(
+            f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "
+            f"--actor.policy_loss_type={policy_loss_type} (the loss has no dual clip); leave it unset"
+        )
+    _check_reduction(spec, policy_loss_type, bool(token_level_loss))
+    arguments = {
+        "clip_eps_low": clip_eps_low,
+        "clip_eps_high": clip_eps_high,
+        "dual_clip": dual_clip,
+        "token_level_loss": bool(token_level_loss),
+    }
+    return resolve(
+        spec,
+        OPENRLHF_FIELDS,
+        arguments,
+        framework="OpenRLHF",
+        selector=f"--actor.policy_loss_type={policy_loss_type}",
+        error=OpenRLHFConfigError,
+    )
 
 
 def plan_loss(
@@ -154,42 +207,21 @@ def plan_loss(
     token_level_loss: Any,
     is_correction_level: Any,
 ) -> LossPlan | None:
-    """The registry loss and hyper-parameters for PolicyLoss's constructor arguments (module
-    docstring), or None for OpenRLHF's own ppo/gspo. Raises OpenRLHFConfigError naming the flag."""
-    spec = registry_spec(policy_loss_type)
-    if spec is None:
-        return None
-    if is_correction_level != "off":
-        raise OpenRLHFConfigError(
-            f"gmpo_plugins: --algo.advantage.is_correction_level={is_correction_level} is not supported with "
-            f"--actor.policy_loss_type={policy_loss_type}: OpenRLHF applies its train/rollout IS correction "
-            "inside its own ppo loss (a per-token gate with no faithful counterpart for this loss); use "
-            "--algo.advantage.is_correction_level off, or --actor.policy_loss_type ppo"
-        )
-    defaults = spec.defaults
-    params: dict[str, Any] = {}
-    if "eps_low" in defaults:
-        params["eps_low"] = clip_eps_low
-    if "eps_high" in defaults:
-        params["eps_high"] = clip_eps_high
-    if "dual_clip" in defaults:
-        params["dual_clip"] = dual_clip
-    elif dual_clip is not None:
-        raise OpenRLHFConfigError(
-            f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "
-            f"--actor.policy_loss_type={policy_loss_type} (the loss has no dual clip); leave it unset"
-        )
-    reduction = _reduction(spec, policy_loss_type, bool(token_level_loss))
-    if reduction is not None:
-        params["reduction"] = reduction
-    check_translated_hparams(
-        spec,
-        params,
-        setting_of=FLAGS.__getitem__,
-        context=f"--actor.policy_loss_type={policy_loss_type}",
-        error=OpenRLHFConfigError,
+    """The registry loss and hyper-parameters for PolicyLoss's constructor arguments
+    (``loss_resolution``, announced once per process: ``hparam_sources.announce``), or None
+    for OpenRLHF's own ppo/gspo. Raises OpenRLHFConfigError naming the flag."""
+    resolution = loss_resolution(
+        policy_loss_type,
+        clip_eps_low=clip_eps_low,
+        clip_eps_high=clip_eps_high,
+        dual_clip=dual_clip,
+        token_level_loss=token_level_loss,
+        is_correction_level=is_correction_level,
     )
-    return LossPlan(policy_loss_type, spec, params)
+    if resolution is None:
+        return None
+    announce(resolution)
+    return LossPlan(policy_loss_type, resolution.spec, resolution.params())
 
 
 def batch_info(dp_size: Any, batch_num_tokens: Any, global_batch_size: Any) -> BatchInfo:

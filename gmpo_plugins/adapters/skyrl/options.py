@@ -1,8 +1,9 @@
 """SkyRL ``trainer.algorithm`` config -> registry-loss hyper-parameters, advantages and
 ``BatchInfo`` (no SkyRL import).
 
-SkyRL calls a policy loss with its ``AlgorithmConfig`` (``config``). Translation, for each
-loss that declares the hyper-parameter in its spec (``spec.defaults``):
+SkyRL calls a policy loss with its ``AlgorithmConfig`` (``config``). Translation
+(``SKYRL_FIELDS``, ``hparam_sources``), for each loss that declares the hyper-parameter in
+its spec (``spec.defaults``):
 
     eps_low     <- trainer.algorithm.eps_clip_low    log space for clip_space "log" (gmpo
     eps_high    <- trainer.algorithm.eps_clip_high   family: ratio kept in (e^-eps_low,
@@ -13,9 +14,12 @@ loss that declares the hyper-parameter in its spec (``spec.defaults``):
                                                      seq_mean_token_sum_norm -> seq-mean-token-sum-norm
     norm_length <- trainer.algorithm.max_seq_len     (seq_mean_token_sum_norm only)
 
-Every other hyper-parameter keeps its registry default: ``kl_beta`` stays 0 (SkyRL adds its
-own KL term when ``use_kl_loss`` is set) and ``dual_clip`` stays None (SkyRL applies
-``clip_ratio_c`` only to its own ``dual_clip`` loss). ``prompt_mean`` and
+Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` (our entry point
+forwards it to the Ray workers) or keeps its registry default: ``kl_beta`` stays 0 (SkyRL
+adds its own KL term when ``use_kl_loss`` is set) and ``dual_clip`` stays None (SkyRL
+applies ``clip_ratio_c`` only to its own ``dual_clip`` loss). The override cannot change
+``reduction`` or ``norm_length``: SkyRL scales the advantages by ``loss_reduction`` and
+``max_seq_len`` before the loss sees them. ``prompt_mean`` and
 ``token_mean_legacy`` have no core reduction and are refused. Sequence-level losses (the
 gmpo family, gspo) have their reduction fixed by the method, a mean over sequences: they
 accept ``sequence_mean`` only.
@@ -48,22 +52,37 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, announce, attribute, resolve
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
 
 ALGORITHM = "trainer.algorithm"
-FIELDS = {
-    "eps_low": "eps_clip_low",
-    "eps_high": "eps_clip_high",
-    "reduction": "loss_reduction",
-    "norm_length": "max_seq_len",
-}
 TOKEN = "token_mean"
 SEQUENCE = "sequence_mean"
 SUM_NORM = "seq_mean_token_sum_norm"
 CORE_REDUCTION = {TOKEN: TOKEN_MEAN, SEQUENCE: SEQ_MEAN_TOKEN_MEAN, SUM_NORM: SEQ_MEAN_TOKEN_SUM_NORM}
+
+
+def _max_seq_len(config: Any) -> Any:
+    """max_seq_len under seq_mean_token_sum_norm (the constant SkyRL scales advantages by)."""
+    return getattr(config, "max_seq_len", None) if getattr(config, "loss_reduction", None) == SUM_NORM else ABSENT
+
+
+SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0.3 defaults)
+    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low")),
+    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high")),
+    Field(
+        "reduction",
+        f"{ALGORITHM}.loss_reduction",
+        TOKEN,
+        attribute("loss_reduction"),
+        convert=CORE_REDUCTION.__getitem__,
+        overridable=False,
+    ),
+    Field("norm_length", f"{ALGORITHM}.max_seq_len", None, _max_seq_len, overridable=False),
+)
+FIELDS = {row.hparam: row.name.removeprefix(f"{ALGORITHM}.") for row in SKYRL_FIELDS}
 
 
 class SkyRLConfigError(ValueError):
@@ -104,8 +123,9 @@ def _reduction(spec: LossSpec, config: Any, policy_loss_type: str) -> str:
     )
 
 
-def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> dict[str, Any]:
-    """Hyper-parameters for ``spec`` from SkyRL's ``AlgorithmConfig`` (module docstring).
+def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> Resolution:
+    """Every hyper-parameter of ``spec`` from SkyRL's ``AlgorithmConfig`` and the override, with
+    its source (module docstring; ``hparam_sources``).
 
     Raises SkyRLConfigError naming the SkyRL field when a value is invalid for the loss or
     cannot be expressed by it.
@@ -115,24 +135,24 @@ def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> d
             f"gmpo_plugins: policy_loss_type={policy_loss_type} needs SkyRL's {ALGORITHM} config (config=None)"
         )
     reduction = _reduction(spec, config, policy_loss_type)
-    defaults = spec.defaults
-    params: dict[str, Any] = {}
-    if "eps_low" in defaults:
-        params["eps_low"] = getattr(config, "eps_clip_low", None)
-    if "eps_high" in defaults:
-        params["eps_high"] = getattr(config, "eps_clip_high", None)
-    if "reduction" in defaults:
-        params["reduction"] = CORE_REDUCTION[reduction]
-    if reduction == SUM_NORM and "norm_length" in defaults:
-        params["norm_length"] = max_seq_len(config, policy_loss_type)
-    check_translated_hparams(
+    if reduction == SUM_NORM and "norm_length" in spec.defaults:
+        max_seq_len(config, policy_loss_type)
+    return resolve(
         spec,
-        params,
-        setting_of=lambda hparam: _field(FIELDS[hparam]),
-        context=f"policy_loss_type={policy_loss_type}",
+        SKYRL_FIELDS,
+        config,
+        framework="SkyRL",
+        selector=f"policy_loss_type={policy_loss_type}",
         error=SkyRLConfigError,
     )
-    return params
+
+
+def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> dict[str, Any]:
+    """The hyper-parameters ``spec`` is called with (``resolution_from_config``), announced once
+    per process (``hparam_sources.announce``: the provenance line, the default warning)."""
+    resolution = resolution_from_config(spec, config, policy_loss_type)
+    announce(resolution)
+    return resolution.params()
 
 
 def max_seq_len(config: Any, policy_loss_type: str) -> int:

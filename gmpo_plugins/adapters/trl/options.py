@@ -1,6 +1,7 @@
 """GRPOConfig fields -> registry-loss hyper-parameters, and the fields we refuse.
 
-Translation (every registry loss receives only what its spec accepts):
+Translation (``TRL_FIELDS``, ``hparam_sources``; every registry loss receives only what its
+spec accepts):
 
     eps_low   <- args.epsilon                       (log space for the gmpo family,
     eps_high  <- args.epsilon_high or args.epsilon   ratio space for grpo/dapo/dr_grpo/gspo:
@@ -10,7 +11,10 @@ Translation (every registry loss receives only what its spec accepts):
     norm_length <- args.max_completion_length       (Dr.GRPO's constant, as TRL's 'dr_grpo')
 
 anything else comes from ``loss_hparams`` (e.g. ``log_ratio_bound``, ``reduction``,
-``kl_estimator``) and is checked by the loss spec (unknown names and bad values raise).
+``kl_estimator``) or from ``GMPO_PLUGINS_LOSS_HPARAMS``, and is checked by the loss spec
+(unknown names and bad values raise). The variable may also replace a translated
+hyper-parameter whose field is at its GRPOConfig default; ``loss_hparams`` may not (it
+names the field to set instead).
 
 Refused, because the registry loss would otherwise silently ignore them (TRL's own
 GMPOTrainer ignores most of these, trl #6095/#6808):
@@ -38,14 +42,31 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.hparam_sources import (
+    OVERRIDE_ENV,
+    Field,
+    Resolution,
+    announce,
+    attribute,
+    overrides_from_env,
+    resolve,
+)
 from gmpo_plugins.core.spec import LossSpec
 
-TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is taken from
-    "eps_low": "epsilon",
-    "eps_high": "epsilon_high",
-    "kl_beta": "beta",
-    "norm_length": "max_completion_length",
+
+def _config(field: str, default: Any, hparam: str) -> Field:
+    return Field(hparam, f"GRPOConfig.{field}", default, attribute(field, none_absent=True))
+
+
+TRL_FIELDS = (  # GRPOConfig field -> registry hyper-parameter (TRL 1.16 defaults)
+    _config("epsilon", 0.2, "eps_low"),
+    _config("epsilon_high", None, "eps_high"),
+    _config("epsilon", 0.2, "eps_high"),
+    _config("beta", 0.0, "kl_beta"),
+    _config("max_completion_length", 512, "norm_length"),  # null: no maximum, the loss's constant
+)
+TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is first taken from
+    row.hparam: row.name.removeprefix("GRPOConfig.") for row in reversed(TRL_FIELDS)
 }
 
 
@@ -106,8 +127,8 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
     return found
 
 
-def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] | None = None) -> dict:
-    """The hyper-parameters ``spec`` is called with, after refusing what it cannot honour.
+def loss_resolution(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] | None = None) -> Resolution:
+    """Every hyper-parameter of ``spec`` with its source, after refusing what it cannot honour.
 
     Raises UnsupportedTRLOptionError naming every refused GRPOConfig option, and the
     spec's own TypeError/ValueError for unknown or out-of-range hyper-parameters.
@@ -123,22 +144,25 @@ def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Mapping[str,
         raise UnsupportedTRLOptionError(
             f"RegistryGRPOTrainer(loss={spec.name!r}) cannot honour: " + "; ".join(problems)
         )
-    translated = {
-        "eps_low": args.epsilon,
-        "eps_high": args.epsilon if args.epsilon_high is None else args.epsilon_high,
-        "kl_beta": args.beta,
-        "norm_length": args.max_completion_length,
-    }
-    if translated["norm_length"] is None:  # no maximum length: the loss's constant default applies
-        del translated["norm_length"]
-    params = {key: value for key, value in translated.items() if key in spec.defaults}
-    check_translated_hparams(
+    spec.resolve(extra)  # unknown names and bad values of loss_hparams raise now, not at the first step
+    try:
+        env = overrides_from_env()
+    except ValueError as exc:
+        raise UnsupportedTRLOptionError(str(exc)) from None
+    return resolve(
         spec,
-        params,
-        setting_of=lambda hparam: f"GRPOConfig.{TRANSLATED[hparam]}",
-        context=f"RegistryGRPOTrainer(loss={spec.name!r})",
+        TRL_FIELDS,
+        args,
+        framework="TRL",
+        selector=f"RegistryGRPOTrainer(loss={spec.name!r})",
         error=UnsupportedTRLOptionError,
+        overrides={OVERRIDE_ENV: env, "loss_hparams": extra},
     )
-    params.update(extra)
-    spec.resolve(params)  # unknown names and bad values of loss_hparams raise now, not at the first step
-    return params
+
+
+def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] | None = None) -> dict:
+    """The hyper-parameters ``spec`` is called with (``loss_resolution``), announced once per
+    process (``hparam_sources.announce``: the provenance line, the default warning)."""
+    resolution = loss_resolution(args, spec, loss_hparams)
+    announce(resolution)
+    return resolution.params()

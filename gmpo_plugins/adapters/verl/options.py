@@ -2,8 +2,8 @@
 
 verl calls a policy loss with the actor config (``config``, e.g. ``FSDPActorConfig``) and
 ``loss_agg_mode`` (= ``config.loss_agg_mode``). Its dataclasses reject unknown keys, so
-only existing fields can carry our hyper-parameters. Translation, for each loss that
-declares the hyper-parameter in its spec (``spec.defaults``):
+only existing fields can carry our hyper-parameters. ``VERL_FIELDS`` (``hparam_sources``)
+feeds each loss that declares the hyper-parameter in its spec (``spec.defaults``):
 
     eps_low     <- actor_rollout_ref.actor.clip_ratio_low   (or clip_ratio when null)
     eps_high    <- actor_rollout_ref.actor.clip_ratio_high  (or clip_ratio when null)
@@ -15,8 +15,11 @@ declares the hyper-parameter in its spec (``spec.defaults``):
     norm_length <- actor_rollout_ref.actor.loss_scale_factor (null: the core's constant 1024; verl would
                                          divide by each micro-batch's padded width)
 
-Every other hyper-parameter keeps its registry default (``kl_beta`` stays 0: verl adds its
-own KL loss in ``ppo_loss`` when ``use_kl_loss`` is set).
+Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` or keeps its registry
+default (``kl_beta`` stays 0 unless set there: verl adds its own KL loss in ``ppo_loss``
+when ``use_kl_loss`` is set). verl starts Ray in its driver (``main_ppo``): on a cluster it
+starts itself, the workers inherit the driver's environment; on a running cluster, forward
+the variable with ``+ray_kwargs.ray_init.runtime_env.env_vars.GMPO_PLUGINS_LOSS_HPARAMS=...``.
 
 ``loss_agg_mode`` for losses without a ``reduction`` hyper-parameter (reduction fixed by
 the method):
@@ -39,7 +42,7 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
-from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, announce, attribute, resolve
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
@@ -47,12 +50,32 @@ from gmpo_plugins.core.types import BatchInfo
 logger = logging.getLogger(__name__)
 
 ACTOR = "actor_rollout_ref.actor"
-FIELDS = {
-    "eps_low": "clip_ratio_low",
-    "eps_high": "clip_ratio_high",
-    "dual_clip": "clip_ratio_c",
-    "reduction": "loss_agg_mode",
-    "norm_length": "loss_scale_factor",
+
+
+def _actor(field: str, default: Any, hparam: str, *, none_absent: bool = False) -> Field:
+    return Field(hparam, f"{ACTOR}.{field}", default, attribute(field, none_absent=none_absent))
+
+
+def _norm_length(config: Any) -> Any:
+    """loss_scale_factor under seq-mean-token-sum-norm; verl's null means each micro-batch's
+    padded width, which depends on the split: the loss's constant then applies."""
+    if getattr(config, "loss_agg_mode", None) != SEQ_MEAN_TOKEN_SUM_NORM:
+        return ABSENT
+    value = getattr(config, "loss_scale_factor", None)
+    return ABSENT if value is None else value
+
+
+VERL_FIELDS = (  # verl ActorConfig field -> registry hyper-parameter (verl 0.9.1 defaults)
+    _actor("clip_ratio_low", 0.2, "eps_low", none_absent=True),
+    _actor("clip_ratio", 0.2, "eps_low"),
+    _actor("clip_ratio_high", 0.2, "eps_high", none_absent=True),
+    _actor("clip_ratio", 0.2, "eps_high"),
+    _actor("clip_ratio_c", 3.0, "dual_clip"),
+    _actor("loss_agg_mode", TOKEN_MEAN, "reduction"),
+    Field("norm_length", f"{ACTOR}.loss_scale_factor", None, _norm_length),
+)
+FIELDS = {  # hyper-parameter -> the actor field it is first taken from
+    row.hparam: row.name.removeprefix(f"{ACTOR}.") for row in reversed(VERL_FIELDS)
 }
 _warned: set[tuple[str, str]] = set()
 
@@ -61,9 +84,15 @@ class VerlConfigError(ValueError):
     """A verl actor setting the chosen registry loss cannot honour."""
 
 
-def _clip_bound(config: Any, field: str) -> Any:
-    value = getattr(config, field, None)
-    return getattr(config, "clip_ratio", None) if value is None else value
+class _ActorView:
+    """The actor config with ``loss_agg_mode`` as verl passed it to the loss."""
+
+    def __init__(self, config: Any, loss_agg_mode: str) -> None:
+        self._config = config
+        self.loss_agg_mode = loss_agg_mode
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
 
 
 def _check_agg_mode(spec: LossSpec, loss_mode: str, loss_agg_mode: str) -> None:
@@ -95,45 +124,34 @@ def _check_agg_mode(spec: LossSpec, loss_mode: str, loss_agg_mode: str) -> None:
     )
 
 
-def hparams_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss_mode: str) -> dict[str, Any]:
-    """Hyper-parameters for ``spec`` from verl's actor ``config`` (module docstring).
+def resolution_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss_mode: str) -> Resolution:
+    """Every hyper-parameter of ``spec`` from verl's actor ``config`` and the override, with its
+    source (module docstring; ``hparam_sources``).
 
     Raises VerlConfigError naming the verl field when a value is invalid for the loss or
     cannot be expressed by it.
     """
     if config is None:
         raise VerlConfigError(f"gmpo_plugins: loss_mode={loss_mode} needs verl's actor config (config=None was passed)")
-    defaults = spec.defaults
-    params: dict[str, Any] = {}
-    if "eps_low" in defaults:
-        params["eps_low"] = _clip_bound(config, "clip_ratio_low")
-    if "eps_high" in defaults:
-        params["eps_high"] = _clip_bound(config, "clip_ratio_high")
-    if "dual_clip" in defaults:
-        params["dual_clip"] = getattr(config, "clip_ratio_c", defaults["dual_clip"])
-    if "reduction" in defaults:
+    if "reduction" in spec.defaults:
         if loss_agg_mode not in spec.reductions:
             field = f"{ACTOR}.loss_agg_mode"
             raise VerlConfigError(
                 f"gmpo_plugins: {field}={loss_agg_mode} cannot be expressed by loss_mode={loss_mode}; "
                 f"set {field} to one of {list(spec.reductions)}"
             )
-        params["reduction"] = loss_agg_mode
     else:
         _check_agg_mode(spec, loss_mode, loss_agg_mode)
-    if "norm_length" in defaults and params.get("reduction") == SEQ_MEAN_TOKEN_SUM_NORM:
-        scale = getattr(config, "loss_scale_factor", None)
-        if scale is not None:  # verl's null means the padded width, which depends on the split
-            params["norm_length"] = scale
+    actor = _ActorView(config, loss_agg_mode)
+    return resolve(spec, VERL_FIELDS, actor, framework="verl", selector=f"loss_mode={loss_mode}", error=VerlConfigError)
 
-    check_translated_hparams(
-        spec,
-        params,
-        setting_of=lambda hparam: f"{ACTOR}.{FIELDS[hparam]}",
-        context=f"loss_mode={loss_mode}",
-        error=VerlConfigError,
-    )
-    return params
+
+def hparams_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss_mode: str) -> dict[str, Any]:
+    """The hyper-parameters ``spec`` is called with (``resolution_from_config``), announced once
+    per process (``hparam_sources.announce``: the provenance line, the default warning)."""
+    resolution = resolution_from_config(spec, config, loss_agg_mode, loss_mode)
+    announce(resolution)
+    return resolution.params()
 
 
 def _count(value: Any) -> Any:
