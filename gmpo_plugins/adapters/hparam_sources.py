@@ -27,6 +27,10 @@ Each hyper-parameter carries its source (``Resolved.source``)::
     framework default <name>    the field's value equals its default
     loss default
 
+The driver forwards the variable to the Ray workers through the runtime env's ``env_vars``
+(``forward_override``): ``gmpo-openrlhf`` and our SkyRL entry point do; for verl, whose
+``main_ppo`` starts Ray, the integration page gives the override.
+
 ``announce`` logs one line per loss, once per process and on rank 0 only, under the
 ``gmpo_plugins`` logger at INFO, and gives one ``FrameworkDefaultWarning`` per loss when a
 value taken from a framework default differs from the loss's own default (GMPO's 0.4
@@ -254,7 +258,7 @@ def resolve(
         spec,
         from_fields,
         setting_of=lambda hparam: decided[hparam].field.name,  # type: ignore[union-attr]
-        context=f"{framework} {selector}",
+        context=selector,
         error=error,
     )
     items = []
@@ -272,6 +276,17 @@ def resolve(
     except ValueError as exc:
         raise error(f"gmpo_plugins: {framework} {selector}: {exc}") from exc
     return resolution
+
+
+def forward_override(env_vars: Mapping[str, str] | None) -> dict[str, str]:
+    """A copy of a Ray runtime env's ``env_vars`` with this process's ``GMPO_PLUGINS_LOSS_HPARAMS``
+    added (when set here and not already given there), so that Ray workers on any node read
+    the override the driver was started with."""
+    forwarded = dict(env_vars or {})
+    value = os.environ.get(OVERRIDE_ENV)
+    if value is not None and OVERRIDE_ENV not in forwarded:
+        forwarded[OVERRIDE_ENV] = value
+    return forwarded
 
 
 def rank() -> int:

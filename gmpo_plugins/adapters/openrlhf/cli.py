@@ -14,7 +14,8 @@ validation and ``train(args)``, unchanged) with three additions:
    error naming the flag.
 3. The ``ray.init`` that ``train(args)`` makes gets ``hook.runtime_env(<OpenRLHF's runtime
    env>)``: OpenRLHF's env vars plus the worker setup hook, which patches PolicyLoss in
-   every Ray worker (added once; left out when a ``ray job submit`` env carries it).
+   every Ray worker (added once; left out when a ``ray job submit`` env carries it), and
+   the driver's ``GMPO_PLUGINS_LOSS_HPARAMS`` in its ``env_vars`` (``hparam_sources``).
 4. ``stall.StallWatch``: a placement group or actor that Ray cannot schedule for
    ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` seconds (default 600) ends the run with exit status 1
    and a message naming what waits, instead of a silent wait.
@@ -30,6 +31,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from gmpo_plugins.adapters.hparam_sources import forward_override
 from gmpo_plugins.adapters.openrlhf.hook import install, runtime_env
 from gmpo_plugins.adapters.openrlhf.options import (
     OpenRLHFConfigError,
@@ -135,11 +137,20 @@ def _ray_init_with_hook() -> Iterator[None]:
 
     @functools.wraps(original)
     def init(*args: Any, **kwargs: Any):
-        kwargs["runtime_env"] = runtime_env(kwargs.get("runtime_env"))
+        kwargs["runtime_env"] = runtime_env(_with_loss_hparams(kwargs.get("runtime_env")))
         return original(*args, **kwargs)
 
     with _replaced(ray, "init", init):
         yield
+
+
+def _with_loss_hparams(env: dict[str, Any] | None) -> dict[str, Any]:
+    """The runtime env ``env`` whose ``env_vars`` carry GMPO_PLUGINS_LOSS_HPARAMS when the driver has it."""
+    env = dict(env or {})
+    env_vars = forward_override(env.get("env_vars"))
+    if env_vars:
+        env["env_vars"] = env_vars
+    return env
 
 
 def openrlhf_parser() -> argparse.ArgumentParser:

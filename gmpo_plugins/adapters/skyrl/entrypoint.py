@@ -6,7 +6,8 @@ r"""SkyRL's own training entry point with the registry losses registered first.
 
 Both register the losses in the driver, then run ``skyrl.train.entrypoints.main_base.main``
 with the same overrides (``trainer.override_entrypoint`` removed: it is SkyRL's hook for
-this, not a config field). SkyRL's ``initialize_ray`` then pushes the registry to its Ray
+this, not a config field). The Ray runtime env SkyRL builds also carries this driver's
+``GMPO_PLUGINS_LOSS_HPARAMS`` (``forward_loss_hparams``). SkyRL's ``initialize_ray`` then pushes the registry to its Ray
 registry actor, where every worker finds it. ``--names`` prints which
 ``policy_loss_type`` runs which registry loss.
 
@@ -19,10 +20,12 @@ within seconds, instead of failing at the loss's first call inside a Ray worker.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from gmpo_plugins.adapters.hparam_sources import forward_override
 from gmpo_plugins.adapters.skyrl.options import SkyRLConfigError, hparams_from_config
 from gmpo_plugins.adapters.skyrl.registration import SkyRLName, is_ours, register_losses
 from gmpo_plugins.core.registry import get_loss
@@ -59,6 +62,23 @@ def check_config(cfg: Any) -> None:
         hparams_from_config(get_loss(loss.loss), cfg.trainer.algorithm, name)
 
 
+def forward_loss_hparams() -> None:
+    """Make SkyRL's ``initialize_ray`` put this driver's GMPO_PLUGINS_LOSS_HPARAMS into the Ray
+    runtime env's ``env_vars`` (``hparam_sources.forward_override``), for workers on any node."""
+    from skyrl.train.utils import utils
+
+    prepare = utils.prepare_runtime_environment
+    if getattr(prepare, "__gmpo_plugins_forwards__", False):
+        return
+
+    @functools.wraps(prepare)
+    def prepare_runtime_environment(cfg: Any) -> dict[str, str]:
+        return forward_override(prepare(cfg))
+
+    prepare_runtime_environment.__gmpo_plugins_forwards__ = True  # type: ignore[attr-defined]
+    utils.prepare_runtime_environment = prepare_runtime_environment
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Register, check the config, then run SkyRL's ``main_base.main()`` on ``argv`` (default
     ``sys.argv[1:]``); exit status 2 with one line for a configuration that ``check_config`` refuses."""
@@ -77,4 +97,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"python -m gmpo_plugins.adapters.skyrl: invalid configuration: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *overrides]
+    forward_loss_hparams()
     skyrl_main()
