@@ -10,12 +10,16 @@ import tempfile
 
 import pytest
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, forward_override
+
 ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.ray
 
 
-def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
+def test_ray_worker_gets_our_loss_through_the_registry_actor(registered, monkeypatch):
+    """... with SkyRL's default eps_clip (0.2) and the driver's GMPO_PLUGINS_LOSS_HPARAMS giving
+    0.4, carried to the worker by the runtime env only (the driver drops it before ray.init)."""
     from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
 
     @ray.remote(num_cpus=1)
@@ -26,9 +30,7 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
             from skyrl.train.config import AlgorithmConfig
 
             fn = PolicyLossRegistry.get("gmpo")  # what PolicyWorkerBase.__init__ does
-            config = AlgorithmConfig(
-                policy_loss_type="gmpo", loss_reduction="sequence_mean", eps_clip_low=0.4, eps_clip_high=0.4
-            )
+            config = AlgorithmConfig(policy_loss_type="gmpo", loss_reduction="sequence_mean")
             new = torch.tensor([[0.5, 0.3]], dtype=torch.float64)
             loss, metrics = fn(
                 new,
@@ -40,8 +42,11 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
             prefixed = PolicyLossRegistry.get("gmpo_plugins.gspo")
             return os.getpid(), type(fn).__module__, fn.loss, prefixed.loss, float(loss), metrics["clip_ratio"]
 
+    monkeypatch.setenv(OVERRIDE_ENV, '{"eps_low": 0.4, "eps_high": 0.4}')
+    runtime_env = {"env_vars": forward_override({})}  # what our entry point makes SkyRL's initialize_ray pass
+    monkeypatch.delenv(OVERRIDE_ENV)
     temp_dir = tempfile.mkdtemp(prefix="ray_skyrl_", dir="/tmp")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir, runtime_env=runtime_env)
     try:
         sync_registries()  # what SkyRL's initialize_ray does right after ray.init
         pid, module, gmpo, gspo, loss, clip_ratio = ray.get(Probe.remote().run.remote(), timeout=240)
@@ -50,7 +55,8 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered):
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert pid != os.getpid()
     assert (module, gmpo, gspo) == ("gmpo_plugins.adapters.skyrl.policy_loss", "gmpo", "gspo")
-    assert loss == pytest.approx(-1.4190675485932571, abs=1e-12)  # -exp(0.35), as test_gmpo_eps_is_log_space
+    # -exp(0.35), as test_gmpo_eps_is_log_space with eps 0.4; at 0.2 it would be -exp((0.2 + 0.2) / 2)
+    assert loss == pytest.approx(-1.4190675485932571, abs=1e-12)
     assert clip_ratio == 0.5
 
 
