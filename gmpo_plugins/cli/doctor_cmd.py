@@ -5,6 +5,9 @@ framework sees the losses through its own mechanism (``adapters.visibility``), w
 backend ``impl="auto"`` uses per device and dtype, and a numeric self-check of every loss
 and impl against its eager oracle (``bench.selfcheck``). Exit status 0 when every check
 passed, 1 otherwise; ``--json`` prints the same as one JSON object.
+
+``--framework F SETTING...`` instead prints where each hyper-parameter of the loss those
+settings select comes from (``doctor_hparams``): the line and the warning a run logs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 from gmpo_plugins import __version__
 from gmpo_plugins.adapters.visibility import framework_checks
 from gmpo_plugins.bench.selfcheck import environment, impl_choices, numeric_checks
+from gmpo_plugins.cli.doctor_hparams import FRAMEWORKS, as_dict, resolve_settings
+from gmpo_plugins.cli.errors import UsageError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -24,6 +29,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "doctor", help="check this environment: frameworks, backends, and every loss against its oracle"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument(
+        "--framework",
+        choices=sorted(FRAMEWORKS),
+        help="instead: show where each loss hyper-parameter comes from for the framework SETTINGs",
+    )
+    parser.add_argument(
+        "settings",
+        nargs="*",
+        metavar="SETTING",
+        help="with --framework: the framework's own settings (verl/skyrl key=value overrides, TRL GRPOConfig "
+        "field=value and loss=NAME, OpenRLHF flags after --)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -66,7 +83,26 @@ def _print_text(result: dict[str, Any]) -> None:
     print("all checks passed" if result["ok"] else "some checks FAILED")
 
 
+def run_framework(args: argparse.Namespace) -> int:
+    """``--framework``: the provenance line and the default warning of the selected loss."""
+    selector, resolution = resolve_settings(args.framework, args.settings)
+    if args.json:
+        print(json.dumps(as_dict(args.framework, selector, resolution), indent=2))
+    elif resolution is None:
+        print(f"{args.framework} {selector}: the framework's own loss (no gmpo-plugins hyper-parameters)")
+    else:
+        print(resolution.line())
+        warning = resolution.default_warning()
+        if warning is not None:
+            print(f"warning: {warning}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.framework is not None:
+        return run_framework(args)
+    if args.settings:
+        raise UsageError(f"settings {args.settings} need --framework")
     result = report()
     if args.json:
         print(json.dumps(result, indent=2))

@@ -56,3 +56,10 @@ def test_doctor_fails_when_a_framework_does_not_see_the_losses(capsys, monkeypat
     (check,) = result["frameworks"]
     assert check["ok"] is False and check["version"] == result["gmpo_plugins"]
     assert check["detail"] == "LookupError: get_policy_loss_fn does not give our loss for ['gmpo_plugins.gmpo']"
+
+
+def test_doctor_settings_need_a_framework(capsys):
+    assert main(["doctor", "a=b"]) == 2
+    assert capsys.readouterr().err == "gmpo-plugins doctor: error: settings ['a=b'] need --framework\n"
+    assert main(["doctor", "--framework", "nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err

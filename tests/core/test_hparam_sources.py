@@ -102,7 +102,7 @@ def test_an_override_that_is_unknown_or_out_of_range_names_the_channel():
     with pytest.raises(FwError) as info:
         run(fw(), channel={"eps_lo": 0.4})
     message = str(info.value)
-    assert message.startswith('gmpo_plugins: channel={"eps_lo": 0.4}: gmpo: unknown hyper-parameter(s) [\'eps_lo\']')
+    assert message.startswith("gmpo_plugins: channel={\"eps_lo\": 0.4}: gmpo: unknown hyper-parameter(s) ['eps_lo']")
     assert "(did you mean 'eps_low' for 'eps_lo'?)" in message
     with pytest.raises(FwError, match=r"channel=\{\"eps_low\": -1\}: gmpo: eps_low must be a finite number > 0"):
         run(fw(), channel={"eps_low": -1})
@@ -154,7 +154,7 @@ def test_provenance_line_and_default_warning_once_per_process(caplog):
         "(set fw.clip_low, or GMPO_PLUGINS_LOSS_HPARAMS='{\"eps_low\": 0.4}'); eps_high=0.2 is fw's default "
         "fw.clip_high, while gmpo's own default is 0.4 (set fw.clip_high, or "
         "GMPO_PLUGINS_LOSS_HPARAMS='{\"eps_high\": 0.4}'). To keep a framework default, pass it as "
-        "GMPO_PLUGINS_LOSS_HPARAMS='{\"eps_low\": 0.2, \"eps_high\": 0.2}' (a field set to its default cannot be "
+        'GMPO_PLUGINS_LOSS_HPARAMS=\'{"eps_low": 0.2, "eps_high": 0.2}\' (a field set to its default cannot be '
         "told from it)"
     )
 

@@ -78,3 +78,14 @@ def test_the_override_reaches_policy_loss_and_rays_runtime_env(loss_module, monk
         "eps_low is set both by GMPO_PLUGINS_LOSS_HPARAMS (0.4) and by --actor.eps_clip_low_high (LOW)=0.3"
         in capsys.readouterr().err
     )
+
+
+def test_doctor_prints_the_line_a_run_logs(loss_module, capsys):
+    from gmpo_plugins.cli import main
+
+    assert main(["doctor", "--framework", "openrlhf", "--", "--actor.policy_loss_type", "gmpo", *GROUP]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == OPENRLHF_GMPO_LINE
+    assert out[1].startswith("warning: gmpo_plugins: OpenRLHF --actor.policy_loss_type=gmpo: eps_low=0.2 is")
+    assert main(["doctor", "--framework", "openrlhf", "--", "--actor.policy_loss_type", "ppo"]) == 0
+    assert "the framework's own loss" in capsys.readouterr().out

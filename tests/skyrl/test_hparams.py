@@ -72,3 +72,14 @@ def test_the_override_is_checked_with_skyrls_config_and_forwarded_to_ray(registe
     forward_loss_hparams()  # idempotent
     env_vars = utils.prepare_runtime_environment(config())  # what SkyRL's initialize_ray passes to ray.init
     assert env_vars[OVERRIDE_ENV] == value
+
+
+def test_doctor_prints_the_line_a_run_logs(registered, capsys):
+    from gmpo_plugins.cli import main
+
+    assert main(["doctor", "--framework", "skyrl", *GMPO]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == SKYRL_GMPO_LINE
+    assert out[1].startswith("warning: gmpo_plugins: SkyRL policy_loss_type=gmpo: eps_low=0.2 is SkyRL's default")
+    assert main(["doctor", "--framework", "skyrl", *GMPO, "trainer.algorithm.eps_clip_low=0.4"]) == 0
+    assert "eps_low=0.4 (framework field trainer.algorithm.eps_clip_low)" in capsys.readouterr().out

@@ -76,3 +76,15 @@ def test_a_malformed_variable_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(OVERRIDE_ENV, "eps_low=0.4")
     with pytest.raises(UnsupportedTRLOptionError, match="^gmpo_plugins: GMPO_PLUGINS_LOSS_HPARAMS is not valid JSON"):
         loss_hparams_from_args(grpo_config(tmp_path), get_loss("gmpo"))
+
+
+def test_doctor_prints_the_line_a_run_logs(capsys):
+    from gmpo_plugins.cli import main
+
+    assert main(["doctor", "--framework", "trl", "loss=gmpo"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == TRL_GMPO_LINE
+    assert out[1].startswith("warning: gmpo_plugins: TRL RegistryGRPOTrainer(loss='gmpo'): eps_low=0.2 is TRL's")
+    assert main(["doctor", "--framework", "trl", "loss=gmpo", "epsilon=0.4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "eps_low=0.4 (framework field GRPOConfig.epsilon)" in out[0] and len(out) == 1

@@ -26,8 +26,9 @@ from gmpo_plugins.adapters.verl import VerlConfigError, options
 from . import engine
 
 VERL_GMPO_LINE = (
-    "gmpo_plugins: verl loss_mode=gmpo -> gmpo: eps_low=0.2 (framework default actor_rollout_ref.actor.clip_ratio_low), "
-    "eps_high=0.2 (framework default actor_rollout_ref.actor.clip_ratio_high), kl_beta=0.0 (loss default), "
+    "gmpo_plugins: verl loss_mode=gmpo -> gmpo: eps_low=0.2 (framework default "
+    "actor_rollout_ref.actor.clip_ratio_low), eps_high=0.2 (framework default "
+    "actor_rollout_ref.actor.clip_ratio_high), kl_beta=0.0 (loss default), "
     "kl_estimator='k3' (loss default), kl_clamp=None (loss default), log_ratio_bound=20.0 (loss default), "
     "rollout_is_aggregation='geometric_mean' (loss default)"
 )
@@ -133,3 +134,41 @@ def test_ray_workers_read_the_override(monkeypatch):
     assert inherited[0] != os.getpid() and forwarded[0] != os.getpid()
     assert inherited[1] == {"eps_low": 0.4, "eps_high": 0.4}
     assert forwarded[1] == {"eps_low": 0.3, "eps_high": 0.3}
+
+
+def test_doctor_prints_the_line_a_run_logs(capsys, monkeypatch):
+    from gmpo_plugins.cli import main
+
+    assert main(["doctor", "--framework", "verl", f"{options.ACTOR}.policy_loss.loss_mode=gmpo"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == VERL_GMPO_LINE
+    assert out[1].startswith("warning: gmpo_plugins: verl loss_mode=gmpo: eps_low=0.2 is verl's default")
+    monkeypatch.setenv(OVERRIDE_ENV, '{"eps_low": 0.4, "eps_high": 0.4}')
+    assert main(["doctor", "--framework", "verl", f"{options.ACTOR}.policy_loss.loss_mode=gmpo", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["hparams"][:2] == [
+        {"name": "eps_low", "value": 0.4, "source": "override GMPO_PLUGINS_LOSS_HPARAMS"},
+        {"name": "eps_high", "value": 0.4, "source": "override GMPO_PLUGINS_LOSS_HPARAMS"},
+    ]
+    assert result["warning"] is None
+    assert main(["doctor", "--framework", "verl", f"{options.ACTOR}.policy_loss.loss_mode=vanilla"]) == 0
+    assert (
+        capsys.readouterr().out
+        == "verl loss_mode=vanilla: the framework's own loss (no gmpo-plugins hyper-parameters)\n"
+    )
+    assert (
+        main(
+            [
+                "doctor",
+                "--framework",
+                "verl",
+                f"{options.ACTOR}.policy_loss.loss_mode=gmpo",
+                f"{options.ACTOR}.clip_ratio_low=0.3",
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.startswith(
+        "gmpo-plugins doctor: error: verl: VerlConfigError: gmpo_plugins: eps_low is set both by "
+        "GMPO_PLUGINS_LOSS_HPARAMS"
+    )
