@@ -31,6 +31,9 @@ The driver forwards the variable to the Ray workers through the runtime env's ``
 (``forward_override``): ``gmpo-openrlhf`` and our SkyRL entry point do; for verl, whose
 ``main_ppo`` starts Ray, the integration page gives the override.
 
+``python -m gmpo_plugins.adapters.hparam_sources <framework>`` prints a framework's table
+(``field_table``) as the integration pages show it.
+
 ``announce`` logs one line per loss, once per process and on rank 0 only, under the
 ``gmpo_plugins`` logger at INFO, and gives one ``FrameworkDefaultWarning`` per loss when a
 value taken from a framework default differs from the loss's own default (GMPO's 0.4
@@ -81,6 +84,7 @@ class Field:
     convert      the setting's value -> the hyper-parameter's value (e.g. SkyRL's
                  ``sequence_mean`` -> ``seq-mean-token-mean``)
     overridable  False when the framework uses the setting beyond the loss
+    when         when the row applies, for the docs (e.g. "clip_ratio_low is null")
     """
 
     hparam: str
@@ -89,6 +93,7 @@ class Field:
     read: Callable[[Any], Any]
     convert: Callable[[Any], Any] = _identity
     overridable: bool = True
+    when: str = ""
 
 
 def attribute(attr: str, *, none_absent: bool = False) -> Callable[[Any], Any]:
@@ -331,3 +336,30 @@ def announce(resolution: Resolution) -> None:
     message = resolution.default_warning()
     if message is not None:
         warnings.warn(message, FrameworkDefaultWarning, stacklevel=3)
+
+
+TABLES = {  # framework -> (module, attribute) of its Field table
+    "verl": ("gmpo_plugins.adapters.verl.options", "VERL_FIELDS"),
+    "openrlhf": ("gmpo_plugins.adapters.openrlhf.options", "OPENRLHF_FIELDS"),
+    "trl": ("gmpo_plugins.adapters.trl.options", "TRL_FIELDS"),
+    "skyrl": ("gmpo_plugins.adapters.skyrl.options", "SKYRL_FIELDS"),
+}
+
+
+def field_table(framework: str) -> str:
+    """The framework's ``Field`` table as Markdown (the integration pages show it)."""
+    import importlib
+
+    module, attr = TABLES[framework]
+    rows = [
+        "| setting | feeds | setting's default | read when | override |",
+        "|---|---|---|---|---|",
+    ]
+    for row in getattr(importlib.import_module(module), attr):
+        override = "yes" if row.overridable else "only the same value"
+        rows.append(f"| `{row.name}` | `{row.hparam}` | `{row.default!r}` | {row.when or 'always'} | {override} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(field_table(sys.argv[1]))

@@ -67,8 +67,20 @@ logger = logging.getLogger(__name__)
 PREFIX = "gmpo_plugins."
 OPENRLHF_OWN = ("ppo", "gspo")
 OPENRLHF_FIELDS = (  # train_ppo_ray flag (as PolicyLoss receives it) -> registry hyper-parameter
-    Field("eps_low", "--actor.eps_clip_low_high (LOW)", 0.2, lambda kw: kw["clip_eps_low"]),
-    Field("eps_high", "--actor.eps_clip_low_high (HIGH)", 0.2, lambda kw: kw["clip_eps_high"]),
+    Field(
+        "eps_low",
+        "--actor.eps_clip_low_high (LOW)",
+        0.2,
+        lambda kw: kw["clip_eps_low"],
+        when="always (unset: --actor.eps_clip)",
+    ),
+    Field(
+        "eps_high",
+        "--actor.eps_clip_low_high (HIGH)",
+        0.2,
+        lambda kw: kw["clip_eps_high"],
+        when="always (unset: --actor.eps_clip)",
+    ),
     Field("dual_clip", "--actor.dual_clip", None, lambda kw: kw["dual_clip"]),
     Field(
         "reduction",

@@ -80,7 +80,14 @@ SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0
         convert=CORE_REDUCTION.__getitem__,
         overridable=False,
     ),
-    Field("norm_length", f"{ALGORITHM}.max_seq_len", None, _max_seq_len, overridable=False),
+    Field(
+        "norm_length",
+        f"{ALGORITHM}.max_seq_len",
+        None,
+        _max_seq_len,
+        overridable=False,
+        when="loss_reduction=seq_mean_token_sum_norm",
+    ),
 )
 FIELDS = {row.hparam: row.name.removeprefix(f"{ALGORITHM}.") for row in SKYRL_FIELDS}
 

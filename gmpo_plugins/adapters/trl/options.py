@@ -54,16 +54,16 @@ from gmpo_plugins.adapters.hparam_sources import (
 from gmpo_plugins.core.spec import LossSpec
 
 
-def _config(field: str, default: Any, hparam: str) -> Field:
-    return Field(hparam, f"GRPOConfig.{field}", default, attribute(field, none_absent=True))
+def _config(field: str, default: Any, hparam: str, when: str = "not None") -> Field:
+    return Field(hparam, f"GRPOConfig.{field}", default, attribute(field, none_absent=True), when=when)
 
 
 TRL_FIELDS = (  # GRPOConfig field -> registry hyper-parameter (TRL 1.16 defaults)
-    _config("epsilon", 0.2, "eps_low"),
+    _config("epsilon", 0.2, "eps_low", when="always"),
     _config("epsilon_high", None, "eps_high"),
-    _config("epsilon", 0.2, "eps_high"),
-    _config("beta", 0.0, "kl_beta"),
-    _config("max_completion_length", 512, "norm_length"),  # null: no maximum, the loss's constant
+    _config("epsilon", 0.2, "eps_high", when="epsilon_high is None"),
+    _config("beta", 0.0, "kl_beta", when="always"),
+    _config("max_completion_length", 512, "norm_length"),  # None: no maximum, the loss's constant
 )
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is first taken from
     row.hparam: row.name.removeprefix("GRPOConfig.") for row in reversed(TRL_FIELDS)

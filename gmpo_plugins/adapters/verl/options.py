@@ -52,8 +52,8 @@ logger = logging.getLogger(__name__)
 ACTOR = "actor_rollout_ref.actor"
 
 
-def _actor(field: str, default: Any, hparam: str, *, none_absent: bool = False) -> Field:
-    return Field(hparam, f"{ACTOR}.{field}", default, attribute(field, none_absent=none_absent))
+def _actor(field: str, default: Any, hparam: str, *, none_absent: bool = False, when: str = "") -> Field:
+    return Field(hparam, f"{ACTOR}.{field}", default, attribute(field, none_absent=none_absent), when=when)
 
 
 def _norm_length(config: Any) -> Any:
@@ -66,13 +66,19 @@ def _norm_length(config: Any) -> Any:
 
 
 VERL_FIELDS = (  # verl ActorConfig field -> registry hyper-parameter (verl 0.9.1 defaults)
-    _actor("clip_ratio_low", 0.2, "eps_low", none_absent=True),
-    _actor("clip_ratio", 0.2, "eps_low"),
-    _actor("clip_ratio_high", 0.2, "eps_high", none_absent=True),
-    _actor("clip_ratio", 0.2, "eps_high"),
+    _actor("clip_ratio_low", 0.2, "eps_low", none_absent=True, when="not null"),
+    _actor("clip_ratio", 0.2, "eps_low", when="clip_ratio_low is null"),
+    _actor("clip_ratio_high", 0.2, "eps_high", none_absent=True, when="not null"),
+    _actor("clip_ratio", 0.2, "eps_high", when="clip_ratio_high is null"),
     _actor("clip_ratio_c", 3.0, "dual_clip"),
     _actor("loss_agg_mode", TOKEN_MEAN, "reduction"),
-    Field("norm_length", f"{ACTOR}.loss_scale_factor", None, _norm_length),
+    Field(
+        "norm_length",
+        f"{ACTOR}.loss_scale_factor",
+        None,
+        _norm_length,
+        when="not null, with loss_agg_mode=seq-mean-token-sum-norm",
+    ),
 )
 FIELDS = {  # hyper-parameter -> the actor field it is first taken from
     row.hparam: row.name.removeprefix(f"{ACTOR}.") for row in reversed(VERL_FIELDS)
