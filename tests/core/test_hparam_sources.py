@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -229,3 +230,9 @@ def test_skyrl_fields_and_the_override(monkeypatch):
     monkeypatch.setenv(OVERRIDE_ENV, '{"reduction": "token-mean"}')
     with pytest.raises(SkyRLConfigError, match="SkyRL uses trainer.algorithm.loss_reduction beyond the loss"):
         resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo")
+
+
+@pytest.mark.parametrize("framework", ["openrlhf", "skyrl"])  # verl's and TRL's: in their sessions
+def test_the_integration_pages_show_the_field_tables(framework):
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / f"{framework}.md").read_text()
+    assert hparam_sources.field_table(framework) in page

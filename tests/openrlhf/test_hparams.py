@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,8 @@ def test_doctor_prints_the_line_a_run_logs(loss_module, capsys):
     assert out[1].startswith("warning: gmpo_plugins: OpenRLHF --actor.policy_loss_type=gmpo: eps_low=0.2 is")
     assert main(["doctor", "--framework", "openrlhf", "--", "--actor.policy_loss_type", "ppo"]) == 0
     assert "the framework's own loss" in capsys.readouterr().out
+
+
+def test_the_docs_show_the_line():
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / "openrlhf.md").read_text()
+    assert OPENRLHF_GMPO_LINE in page

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from skyrl.train.config import AlgorithmConfig, SkyRLTrainConfig
@@ -83,3 +84,8 @@ def test_doctor_prints_the_line_a_run_logs(registered, capsys):
     assert out[1].startswith("warning: gmpo_plugins: SkyRL policy_loss_type=gmpo: eps_low=0.2 is SkyRL's default")
     assert main(["doctor", "--framework", "skyrl", *GMPO, "trainer.algorithm.eps_clip_low=0.4"]) == 0
     assert "eps_low=0.4 (framework field trainer.algorithm.eps_clip_low)" in capsys.readouterr().out
+
+
+def test_the_docs_show_the_line():
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / "skyrl.md").read_text()
+    assert SKYRL_GMPO_LINE in page

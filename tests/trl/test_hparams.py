@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
 from trl import GRPOConfig
 
 from gmpo_plugins import get_loss
 from gmpo_plugins.adapters import hparam_sources
-from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning, field_table
 from gmpo_plugins.adapters.trl import RegistryGRPOTrainer, UnsupportedTRLOptionError, loss_hparams_from_args
 from gmpo_plugins.adapters.trl.options import TRL_FIELDS
 
@@ -88,3 +89,9 @@ def test_doctor_prints_the_line_a_run_logs(capsys):
     assert main(["doctor", "--framework", "trl", "loss=gmpo", "epsilon=0.4"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "eps_low=0.4 (framework field GRPOConfig.epsilon)" in out[0] and len(out) == 1
+
+
+def test_the_docs_show_the_field_table_and_the_line():
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / "trl.md").read_text()
+    assert field_table("trl") in page
+    assert TRL_GMPO_LINE in page

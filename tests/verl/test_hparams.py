@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +21,7 @@ from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 from verl.workers.utils.losses import ppo_loss
 
 from gmpo_plugins.adapters import hparam_sources
-from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning, field_table
 from gmpo_plugins.adapters.verl import VerlConfigError, options
 
 from . import engine
@@ -172,3 +173,9 @@ def test_doctor_prints_the_line_a_run_logs(capsys, monkeypatch):
         "gmpo-plugins doctor: error: verl: VerlConfigError: gmpo_plugins: eps_low is set both by "
         "GMPO_PLUGINS_LOSS_HPARAMS"
     )
+
+
+def test_the_docs_show_the_field_table_and_the_line():
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / "verl.md").read_text()
+    assert field_table("verl") in page
+    assert VERL_GMPO_LINE in page
