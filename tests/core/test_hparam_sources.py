@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -236,3 +239,25 @@ def test_skyrl_fields_and_the_override(monkeypatch):
 def test_the_integration_pages_show_the_field_tables(framework):
     page = (Path(__file__).parents[2] / "docs" / "integrations" / f"{framework}.md").read_text()
     assert hparam_sources.field_table(framework) in page
+
+
+def test_a_fresh_process_prints_the_line_and_the_warning_on_stderr():
+    """As in a framework's worker where nothing configured logging: the INFO line is visible."""
+    code = (
+        "from gmpo_plugins.adapters.openrlhf.options import plan_loss\n"
+        "plan_loss('gmpo_plugins.gspo', clip_eps_low=0.2, clip_eps_high=0.2, dual_clip=None,\n"
+        "          token_level_loss=False, is_correction_level='off')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop(OVERRIDE_ENV, None)
+    env.pop("RANK", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(
+        "gmpo_plugins: OpenRLHF --actor.policy_loss_type=gmpo_plugins.gspo -> gspo: eps_low=0.2 (framework default "
+    )
+    assert (
+        "FrameworkDefaultWarning: gmpo_plugins: OpenRLHF --actor.policy_loss_type=gmpo_plugins.gspo: eps_low=0.2"
+        in done.stderr
+    )
