@@ -114,6 +114,9 @@ class Resolved:
     value: Any
     source: str
     field: Field | None = None
+    setting: str = ""
+    """The setting to name for this hyper-parameter: the first row's (``epsilon_high``, not its
+    fallback ``epsilon``)."""
 
     @property
     def from_framework_default(self) -> bool:
@@ -154,7 +157,7 @@ class Resolution:
         for item in differing:
             assert item.field is not None
             own = self.spec.defaults[item.hparam]
-            how = f"set {item.field.name}"
+            how = f"set {item.setting}"
             if item.field.overridable:
                 how += f", or {OVERRIDE_ENV}='{json.dumps({item.hparam: own})}'"
             clauses.append(
@@ -256,7 +259,8 @@ def resolve(
             decided[row.hparam] = Resolved(row.hparam, value, f"override {channel}", row)
             continue
         kind = "framework default" if at_default else "framework field"
-        decided[row.hparam] = Resolved(row.hparam, row.convert(raw), f"{kind} {row.name}", row)
+        first = next(other.name for other in fields if other.hparam == row.hparam)
+        decided[row.hparam] = Resolved(row.hparam, row.convert(raw), f"{kind} {row.name}", row, first)
 
     from_fields = {hparam: item.value for hparam, item in decided.items() if item.source.startswith("framework")}
     check_translated_hparams(
