@@ -24,9 +24,8 @@ import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.registry import list_losses
-
-PREFIX = "gmpo_plugins."
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import list_losses
 from gmpo_plugins.core.spec import LossSpec
@@ -59,7 +60,6 @@ from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "gmpo_plugins."
 OPENRLHF_OWN = ("ppo", "gspo")
 FLAGS = {
     "eps_low": "--actor.eps_clip_low_high (LOW)",

@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
+from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
 from gmpo_plugins.adapters.openrlhf.options import LossPlan, OpenRLHFConfigError, batch_info, plan_loss
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.types import LossInputs

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
+from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len

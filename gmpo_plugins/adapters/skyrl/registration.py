@@ -22,12 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.skyrl.policy_loss import SkyRLPolicyLoss
 from gmpo_plugins.core.registry import list_losses
 
 logger = logging.getLogger(__name__)
-
-PREFIX = "gmpo_plugins."
 
 
 @dataclass(frozen=True)
