@@ -54,7 +54,7 @@ from typing import Any
 from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
 
@@ -84,16 +84,18 @@ class LossPlan:
 
 
 def policy_loss_choices() -> list[str]:
-    """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names."""
-    specs = list_losses()
-    bare = [spec.name for spec in specs if spec.name not in OPENRLHF_OWN]
-    return [*OPENRLHF_OWN, *bare, *(PREFIX + spec.name for spec in specs)]
+    """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names
+    (names the registry refuses included: asking for one raises its LossNameCollisionError)."""
+    names = sorted([spec.name for spec in list_losses()] + list(refused_losses()))
+    bare = [name for name in names if name not in OPENRLHF_OWN]
+    return [*OPENRLHF_OWN, *bare, *(PREFIX + name for name in names)]
 
 
 def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     """The registry loss ``policy_loss_type`` names, or None for OpenRLHF's own ``ppo``/``gspo``.
 
-    Raises OpenRLHFConfigError listing the valid names for anything else.
+    Raises OpenRLHFConfigError listing the valid names for anything else, and the registry's
+    LossNameCollisionError for a name two distributions claim.
     """
     if policy_loss_type in OPENRLHF_OWN:
         return None
@@ -102,6 +104,8 @@ def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     if isinstance(name, str) and name.startswith(PREFIX):
         name = name[len(PREFIX) :]
     spec = by_name.get(name) if isinstance(name, str) else None
+    if spec is None and name in refused_losses():
+        raise LossNameCollisionError(refused_losses()[name])
     if spec is None:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type!r} is unknown; valid: "
