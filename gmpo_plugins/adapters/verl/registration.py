@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from gmpo_plugins.adapters.load_failure import STAND_IN, stand_in
 from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.upstream import warn_if_untested
 from gmpo_plugins.adapters.verl.policy_loss import MARKER, make_policy_loss
 from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 
@@ -67,6 +68,7 @@ def register_losses(registry: MutableMapping[str, Callable] | None = None) -> li
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
         registry = POLICY_LOSS_REGISTRY
+    warn_if_untested("verl")
     names = []
     for spec in list_losses():
         prefixed = PREFIX + spec.name
