@@ -53,6 +53,7 @@ from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 from gmpo_plugins.core.spec import LossSpec
@@ -129,15 +130,15 @@ def _reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) ->
             )
         return agg
     if spec.sequence_level:
-        if token_level_loss and policy_loss_type not in _warned:
-            _warned.add(policy_loss_type)
-            logger.warning(
-                "gmpo_plugins: --actor.policy_loss_type=%s is sequence-level: its reduction is fixed by the "
-                "method (a per-sequence value, summed over sequences and divided by OpenRLHF's "
-                "global_batch_size), so --actor.loss_agg_mode token-mean (OpenRLHF's default) is treated as "
-                "that per-sequence mean. Pass --actor.loss_agg_mode seq-mean-token-mean to say so and "
-                "silence this warning (OpenRLHF's KL-loss and entropy terms stay token means either way).",
+        if token_level_loss:
+            warn_token_mean_for_sequence_loss(
+                logger,
+                _warned,
                 policy_loss_type,
+                loss_setting=f"--actor.policy_loss_type={policy_loss_type}",
+                agg_setting="--actor.loss_agg_mode {}",
+                framework="OpenRLHF",
+                consequence="OpenRLHF's KL-loss and entropy terms stay token means either way",
             )
         return None
     if not token_level_loss:

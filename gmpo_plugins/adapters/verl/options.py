@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.adapters.upstream import TESTED, UpstreamDriftError, framework_version
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
@@ -74,17 +75,15 @@ def _check_agg_mode(spec: LossSpec, loss_mode: str, loss_agg_mode: str) -> None:
     if spec.sequence_level and loss_agg_mode == SEQ_MEAN_TOKEN_MEAN:
         return
     if loss_agg_mode == TOKEN_MEAN:
-        if spec.sequence_level and (loss_mode, loss_agg_mode) not in _warned:
-            _warned.add((loss_mode, loss_agg_mode))
-            logger.warning(
-                "gmpo_plugins: loss_mode=%s is sequence-level: its reduction is fixed by the method "
-                "(mean over sequences of a per-sequence value, normalised by the global batch size), so "
-                "%s=token-mean (verl's default) is treated as that per-sequence mean. Set "
-                "%s=seq-mean-token-mean to say so and silence this warning (verl then also "
-                "aggregates its entropy and KL-loss terms per sequence).",
-                loss_mode,
-                field,
-                field,
+        if spec.sequence_level:
+            warn_token_mean_for_sequence_loss(
+                logger,
+                _warned,
+                (loss_mode, loss_agg_mode),
+                loss_setting=f"loss_mode={loss_mode}",
+                agg_setting=field + "={}",
+                framework="verl",
+                consequence="verl then also aggregates its entropy and KL-loss terms per sequence",
             )
         return
     accepted = [SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN] if spec.sequence_level else [TOKEN_MEAN]
