@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, MutableSet
+from typing import TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 def warn_token_mean_for_sequence_loss(
     logger: logging.Logger,
-    warned: MutableSet[Hashable],
-    key: Hashable,
+    warned: MutableSet[Key],
+    key: Key,
     *,
     loss_setting: str,
     agg_setting: str,

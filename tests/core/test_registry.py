@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gmpo_plugins.adapters.names import BUILTIN_LOSS_NAMES
 from gmpo_plugins import LossNameCollisionError, PluginLoadWarning, UnknownLossError, get_loss, list_losses
+from gmpo_plugins.adapters.names import BUILTIN_LOSS_NAMES
 from gmpo_plugins.core.registry import LossRegistry
 
 from .batches import random_batch

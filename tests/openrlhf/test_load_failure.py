@@ -43,6 +43,7 @@ def test_a_colliding_plugin_refuses_that_name_only(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["type"] == "LossNameCollisionError"
     assert (result["ppo"], result["grpo"]) == ("ppo", "grpo")
-    assert "'gmpo' is registered by both distribution 'gmpo-plugins' and distribution 'gmpo-collider'" in (
-        result["message"]
+    assert (
+        "'gmpo' is registered by both distribution 'gmpo-plugins' and distribution 'gmpo-collider'"
+        in (result["message"])
     )

@@ -71,7 +71,11 @@ def test_entry_point_refuses_a_registry_loss_on_the_drifted_skyrl(drift, monkeyp
     _main_base_stand_in(monkeypatch, ran)
     with pytest.raises(SystemExit) as exit_info:
         entrypoint.main(
-            ["trainer.logger=console", "trainer.algorithm.policy_loss_type=gmpo", "trainer.algorithm.loss_reduction=sequence_mean"]
+            [
+                "trainer.logger=console",
+                "trainer.algorithm.policy_loss_type=gmpo",
+                "trainer.algorithm.loss_reduction=sequence_mean",
+            ]
         )
     assert exit_info.value.code == 2 and not ran
     (line,) = capsys.readouterr().err.strip().splitlines()

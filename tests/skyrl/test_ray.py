@@ -72,7 +72,9 @@ def test_ray_worker_with_a_colliding_plugin_refuses_that_name_only(registered, t
         fn = PolicyLossRegistry.get(name)
         config = AlgorithmConfig(policy_loss_type=name, loss_reduction="sequence_mean")
         try:
-            loss, _ = fn(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), config=config, loss_mask=torch.ones(1, 2))
+            loss, _ = fn(
+                torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), config=config, loss_mask=torch.ones(1, 2)
+            )
         except Exception as error:  # noqa: BLE001 - the error is what is checked
             return os.getpid(), type(error).__name__, str(error)
         return os.getpid(), None, float(loss)

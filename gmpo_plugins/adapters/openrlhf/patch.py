@@ -93,7 +93,7 @@ def signature_mismatch(cls: type) -> str | None:
     return None
 
 
-def refuse_registry_losses(cls: type, why: str) -> None:
+def refuse_registry_losses(cls: Any, why: str) -> None:
     """Make ``cls.__init__`` raise UnsupportedOpenRLHFVersionError(``why``) for a registry
     ``policy_loss_type`` and run OpenRLHF's own ``__init__`` unchanged for anything else."""
     original_init = cls.__init__

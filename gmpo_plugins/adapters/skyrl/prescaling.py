@@ -47,10 +47,8 @@ def _staged_advantages(trainer_class: type, batch_class: type, loss_reduction: s
     advantages = torch.tensor(ADVANTAGES, dtype=torch.float64)[:, None] * mask
     data = batch_class({"advantages": advantages, "loss_mask": mask, "response_mask": mask})
     data.metadata = {"policy_mini_batch_boundaries": [(0, len(LENGTHS))]}
-    algorithm = SimpleNamespace(
-        advantage_batch_normalize=False, loss_reduction=loss_reduction, max_seq_len=MAX_SEQ_LEN
-    )
-    trainer = object.__new__(trainer_class)  # no Ray, no workers: only the method's own logic runs
+    algorithm = SimpleNamespace(advantage_batch_normalize=False, loss_reduction=loss_reduction, max_seq_len=MAX_SEQ_LEN)
+    trainer: Any = object.__new__(trainer_class)  # no Ray, no workers: only the method's own logic runs
     trainer.cfg = SimpleNamespace(
         trainer=SimpleNamespace(algorithm=algorithm, micro_train_batch_size_per_gpu=1, update_epochs_per_batch=1)
     )
@@ -81,9 +79,11 @@ def check_prescaling() -> None:
             ok, found = False, f"{type(error).__name__}: {error}"
         if not ok:
             raise UpstreamDriftError(
-                f"gmpo_plugins: {framework_version('skyrl')} does not pre-scale the advantages the way the SkyRL "
-                f"adapter relies on: with loss_reduction={reduction}, the advantages RayPPOTrainer._execute_training_step "
-                f"hands the policy workers should give A / {count} per token once the adapter undoes SkyRL's scaling "
-                f"(apply_loss_reduction_to_advantages_minibatch), found {found}. The registry losses would train on another normalisation, so they are refused; "
-                f"the SkyRL adapter is tested with skyrl{TESTED['skyrl'].specifier}"
+                f"gmpo_plugins: {framework_version('skyrl')} does not pre-scale the advantages the way the "
+                f"SkyRL adapter relies on: with loss_reduction={reduction}, the advantages "
+                "RayPPOTrainer._execute_training_step hands the policy workers should give "
+                f"A / {count} per token once the adapter undoes SkyRL's scaling "
+                f"(apply_loss_reduction_to_advantages_minibatch), found {found}. The registry losses would "
+                "train on another normalisation, so they are refused; the SkyRL adapter is tested with "
+                f"skyrl{TESTED['skyrl'].specifier}"
             )

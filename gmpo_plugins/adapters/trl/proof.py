@@ -45,8 +45,7 @@ class LossProof:
             return
         if not self.computed:
             what = (
-                "GRPOTrainer.compute_loss never called RegistryGRPOTrainer._compute_loss (the loss is routed "
-                "around it)"
+                "GRPOTrainer.compute_loss never called RegistryGRPOTrainer._compute_loss (the loss is routed around it)"
             )
         else:
             what = "the tensor TRL back-propagated does not depend on the registry loss RegistryGRPOTrainer returned"
