@@ -167,3 +167,27 @@ def test_a_ray_worker_importing_verl_refuses_the_colliding_name_only(site):
     assert pid != os.getpid()
     assert_refuses_the_colliding_name(result)
     assert other["loss"] == "grpo" and other["type"] not in ("PluginLoadError", "LossNameCollisionError")
+
+
+def test_registration_and_the_launch_check_refuse_a_claimed_name_only(monkeypatch):
+    """In this process: a name the registry refuses becomes, in verl's registry, a stand-in
+    raising the registry's LossNameCollisionError (bare and prefixed), which the launch check
+    (``check_policy_loss``) reports before training; the other names stay ours."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    from gmpo_plugins.adapters.verl import VerlConfigError, check_policy_loss
+    from gmpo_plugins.core.registry import LossNameCollisionError
+
+    from . import engine
+
+    message = "gmpo_plugins: loss 'shared' is registered by both distribution 'plug-a' and distribution 'plug-b'"
+    monkeypatch.setattr(registration, "refused_losses", lambda: {"shared": message})
+    registry: dict = {}
+    monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", registry)
+    registration.register_losses()
+    for name in ("shared", "gmpo_plugins.shared"):
+        with pytest.raises(LossNameCollisionError, match="'plug-a' and distribution 'plug-b'"):
+            registry[name](old_log_prob=None)
+    assert getattr(registry["gmpo"], MARKER) == "gmpo" and getattr(registry["gmpo_plugins.gspo"], MARKER) == "gspo"
+    with pytest.raises(VerlConfigError, match=r"loss_mode=shared: gmpo_plugins: loss 'shared' is registered by both"):
+        check_policy_loss(engine.make_actor_config("shared"))
