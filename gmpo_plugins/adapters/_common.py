@@ -14,10 +14,7 @@ synchronises with the device; ``core.validation``). It follows ``GMPO_PLUGINS_VA
     always  every call (debugging)
     never   no value checks
 
-Load failures: a loss of this package asked for in a process where its registry cannot load
-(a conflicting plugin, a broken install) raises ``PluginLoadError`` with
-``load_failure_message``: the framework's setting, the package, how the loss reached the
-process, and the original exception; never the framework's unknown-name error or another loss.
+Load failures (``PluginLoadError``) live in ``load_failure``, importable without torch.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ import torch
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
 
-PACKAGE = "gmpo-plugins"
 VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
 VALIDATE_MODES = ("first", "always", "never")
 _value_checked: set[str] = set()
@@ -121,18 +117,3 @@ def scalar_metrics(metrics: Mapping[str, torch.Tensor | float | int], skip: froz
             raise ValueError(f"gmpo_plugins: metric {key!r} must be a scalar, got shape {tuple(value.shape)}")
         scalars.append(torch.as_tensor(value).detach().reshape(()).to(device=device, dtype=torch.float64))
     return dict(zip(keys, torch.stack(scalars).tolist() if scalars else [], strict=True))
-
-
-class PluginLoadError(RuntimeError):
-    """A loss of this package was asked for in a process where the package failed to load."""
-
-
-def load_failure_message(setting: str, how: str, error: BaseException) -> str:
-    """``PluginLoadError``'s message: ``setting`` (e.g. "SkyRL policy_loss_type 'gmpo'") comes
-    from this package, reached this process ``how``, and failed with ``error``."""
-    return (
-        f"gmpo_plugins: {setting} comes from the package {PACKAGE} ({how}), which failed to load in this "
-        f"process (pid {os.getpid()}): {type(error).__name__}: {error}. Fix it in this process's environment "
-        f"(a conflicting gmpo_plugins plugin, a broken install: `pip install --force-reinstall {PACKAGE}`), "
-        "then check with `gmpo-plugins doctor`"
-    )

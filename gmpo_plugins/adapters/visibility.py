@@ -15,30 +15,35 @@ reported as such and is no failure. Each check goes through the path a training 
     TRL       ``RegistryGRPOTrainer`` imports (it imports trl) and subclasses trl's
               ``GRPOTrainer``
 
-A check that raises is a failure whose detail is the exception, never a traceback.
+A check that raises is a failure whose detail is the exception, never a traceback. Each line
+also gives the range the adapter is tested with (``upstream.TESTED``) and whether the
+installed version is inside it; outside is reported, not a failure (the adapter warns).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.upstream import TESTED, in_tested_range, installed_version
 from gmpo_plugins.core.registry import list_losses
-
-PREFIX = "gmpo_plugins."
 
 
 @dataclass(frozen=True)
 class FrameworkCheck:
     """One framework's line of the doctor's report. ``ok`` is None when the framework is
-    not installed (nothing to check), else whether it sees every registry loss."""
+    not installed (nothing to check), else whether it sees every registry loss;
+    ``in_tested_range`` is None when it is not installed, else whether ``version`` is in
+    ``tested_range``."""
 
     framework: str
     distribution: str
     version: str | None
     ok: bool | None
     detail: str
+    tested_range: str = ""
+    in_tested_range: bool | None = None
 
 
 def _names() -> list[str]:
@@ -66,11 +71,14 @@ def _verl() -> str:
 
 def _openrlhf() -> str:
     from gmpo_plugins.adapters.openrlhf import OpenRLHFConfigError, install
-    from gmpo_plugins.adapters.openrlhf.patch import PLAN, is_patched
+    from gmpo_plugins.adapters.openrlhf.patch import PLAN, is_patched, refusal
 
     install()
     import openrlhf.models.loss as loss_module
 
+    why = refusal(loss_module.PolicyLoss)
+    if why is not None:
+        raise LookupError(f"PolicyLoss not patched (OpenRLHF's own ppo/gspo run unchanged): {why}")
     if not is_patched(loss_module.PolicyLoss):
         raise LookupError("openrlhf.models.loss.PolicyLoss is not patched after install()")
     refused = []
@@ -123,26 +131,21 @@ FRAMEWORKS: tuple[tuple[str, str, Callable[[], str]], ...] = (
 """(framework, distribution name, check) per framework."""
 
 
-def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution``, or None."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def framework_checks() -> list[FrameworkCheck]:
     """One ``FrameworkCheck`` per framework of ``FRAMEWORKS``, in that order."""
     checks = []
     for framework, distribution, check in FRAMEWORKS:
         version = installed_version(distribution)
+        tested = f"{distribution}{TESTED[distribution].specifier}" if distribution in TESTED else ""
         if version is None:
-            checks.append(FrameworkCheck(framework, distribution, None, None, "not installed"))
+            checks.append(FrameworkCheck(framework, distribution, None, None, "not installed", tested))
             continue
+        inside = in_tested_range(distribution, version) if tested else None
         try:
             detail = check()
         except Exception as error:  # noqa: BLE001 - any failure is reported, named, and fails the doctor
-            checks.append(FrameworkCheck(framework, distribution, version, False, f"{type(error).__name__}: {error}"))
+            failure = f"{type(error).__name__}: {error}"
+            checks.append(FrameworkCheck(framework, distribution, version, False, failure, tested, inside))
         else:
-            checks.append(FrameworkCheck(framework, distribution, version, True, detail))
+            checks.append(FrameworkCheck(framework, distribution, version, True, detail, tested, inside))
     return checks

@@ -1,6 +1,7 @@
 """``gmpo-plugins doctor``: is this environment ready to train with the registry losses?
 
-Reports the versions (python, torch, CUDA, triton, each framework), whether each installed
+Reports the versions (python, torch, CUDA, triton, each framework, with the range its adapter
+is tested with and whether the installed one is inside it), whether each installed
 framework sees the losses through its own mechanism (``adapters.visibility``), which
 backend ``impl="auto"`` uses per device and dtype, and a numeric self-check of every loss
 and impl against its eager oracle (``bench.selfcheck``). Exit status 0 when every check
@@ -63,14 +64,23 @@ def _mark(ok: bool | None) -> str:
     return {True: "ok  ", False: "FAIL", None: "--  "}[ok]
 
 
+def _version(check: dict[str, Any]) -> str:
+    """``0.9.1 (tested verl>=0.9.1,<0.10: in range)``, or ``-`` when not installed."""
+    if check["version"] is None:
+        return "-"
+    if check["in_tested_range"] is None:
+        return check["version"]
+    where = "in range" if check["in_tested_range"] else "OUTSIDE the tested range"
+    return f"{check['version']} (tested {check['tested_range']}: {where})"
+
+
 def _print_text(result: dict[str, Any]) -> None:
     print(f"gmpo-plugins {result['gmpo_plugins']}")
     for key, value in result["environment"].items():
         print(f"  {key:<17} {value if value is not None else '-'}")
     print("frameworks (each through its own mechanism):")
     for check in result["frameworks"]:
-        version = check["version"] or "-"
-        print(f"  [{_mark(check['ok'])}] {check['framework']:<9} {version:<10} {check['detail']}")
+        print(f"  [{_mark(check['ok'])}] {check['framework']:<9} {_version(check):<44} {check['detail']}")
     print('impl="auto" uses:')
     for device, row in result["impl_auto"].items():
         print(f"  {device:<5} " + ", ".join(f"{dtype}: {backend}" for dtype, backend in row.items()))

@@ -45,7 +45,7 @@ def gmpo_plugins_losses() -> Iterable[LossSpec]:
 
     Returns:
         An iterable of ``gmpo_plugins.plugin.LossSpec``. Each name must be unique across all
-        installed plugins: a name claimed twice is an error naming both distributions, never
-        a silent override.
+        installed plugins: a name claimed twice is refused (an error naming both
+        distributions when it is asked for), never a silent override.
     """
     raise NotImplementedError  # a specification: pluggy calls the plugins' implementations

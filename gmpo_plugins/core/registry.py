@@ -7,7 +7,10 @@
   plugin; any other value counts as true, with a warning.
 - A plugin that fails to import, or whose hook raises or returns something other than
   ``LossSpec`` objects, is skipped with a ``PluginLoadWarning``.
-- Two plugins claiming one loss name raise ``LossNameCollisionError`` naming both.
+- A loss name claimed by two plugins (or a plugin and a built-in) is refused, for that name
+  only: a ``PluginLoadWarning`` when the registry loads, and ``LossNameCollisionError``
+  naming both distributions whenever the name is asked for. Every other loss keeps working,
+  so one conflicting plugin never takes down the losses of the other distributions.
 - An unknown name raises ``UnknownLossError`` listing the valid names and a close match.
 """
 
@@ -38,7 +41,7 @@ class UnknownLossError(KeyError):
 
 
 class LossNameCollisionError(RuntimeError):
-    """Two plugins registered the same loss name."""
+    """The loss name asked for is claimed by two plugins (or a plugin and a built-in)."""
 
 
 class PluginLoadWarning(UserWarning):
@@ -76,7 +79,7 @@ class LossRegistry:
         self._register(losses, BUILTIN_PLUGIN, DISTRIBUTION)
         if autoload_enabled() if autoload is None else autoload:
             self._load_entry_points()
-        self._specs = self._collect()
+        self._specs, self._refused = self._collect()
 
     def _register(self, plugin: object, name: str, distribution: str) -> None:
         self.plugin_manager.register(plugin, name=name)
@@ -98,8 +101,9 @@ class LossRegistry:
                     stacklevel=2,
                 )
 
-    def _collect(self) -> dict[str, LossSpec]:
-        specs: dict[str, LossSpec] = {}
+    def _collect(self) -> tuple[dict[str, LossSpec], dict[str, str]]:
+        """(the losses by name, the refused names with their collision message)."""
+        claims: dict[str, list[LossSpec]] = {}
         for impl in self.plugin_manager.hook.gmpo_plugins_losses.get_hookimpls():  # registration order
             distribution = self._providers.get(impl.plugin_name, impl.plugin_name)
             try:
@@ -113,15 +117,16 @@ class LossRegistry:
                 )
                 continue
             for spec in provided:
-                if spec.name in specs:
-                    raise LossNameCollisionError(
-                        f"gmpo_plugins: loss {spec.name!r} is registered by both distribution "
-                        f"{specs[spec.name].provider!r} and distribution {distribution!r}; "
-                        "uninstall one, or block a plugin with "
-                        f"{DISABLE_AUTOLOAD_ENV}=1 (built-ins only)"
-                    )
-                specs[spec.name] = dataclasses.replace(spec, provider=distribution)
-        return specs
+                claims.setdefault(spec.name, []).append(dataclasses.replace(spec, provider=distribution))
+        specs: dict[str, LossSpec] = {}
+        refused: dict[str, str] = {}
+        for name, claimed in claims.items():
+            if len(claimed) == 1:
+                specs[name] = claimed[0]
+                continue
+            refused[name] = collision_message(name, [spec.provider for spec in claimed])
+            warnings.warn(refused[name], PluginLoadWarning, stacklevel=2)
+        return specs, refused
 
     def names(self) -> list[str]:
         return sorted(self._specs)
@@ -129,11 +134,17 @@ class LossRegistry:
     def specs(self) -> list[LossSpec]:
         return [self._specs[name] for name in self.names()]
 
+    def refused(self) -> dict[str, str]:
+        """Names refused because several distributions claim them -> the collision message."""
+        return dict(self._refused)
+
     def get(self, name: str) -> LossSpec:
         try:
             return self._specs[name]
         except KeyError:
             pass
+        if name in self._refused:
+            raise LossNameCollisionError(self._refused[name])
         hint = difflib.get_close_matches(str(name), self.names(), n=1)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise UnknownLossError(f"unknown loss {name!r}{suggestion}; available: {', '.join(self.names())}")
@@ -158,6 +169,25 @@ def get_loss(name: str) -> LossSpec:
 def list_losses() -> list[LossSpec]:
     """Every registered loss, sorted by name; ``spec.provider`` names its distribution."""
     return default_registry().specs()
+
+
+def refused_losses() -> dict[str, str]:
+    """Loss names claimed by several distributions (refused, for those names only) -> why."""
+    return default_registry().refused()
+
+
+def collision_message(name: str, distributions: list[str]) -> str:
+    """Why the loss ``name``, claimed by each of ``distributions``, is refused."""
+    quoted = [repr(distribution) for distribution in distributions]
+    claimants = (
+        f"both distribution {quoted[0]} and distribution {quoted[1]}"
+        if len(quoted) == 2
+        else f"distributions {', '.join(quoted[:-1])} and {quoted[-1]}"
+    )
+    return (
+        f"gmpo_plugins: loss {name!r} is registered by {claimants}; the name is refused (every other loss "
+        f"works): uninstall one of them, or load only the built-ins with {DISABLE_AUTOLOAD_ENV}=1"
+    )
 
 
 def _loss_specs(returned: object) -> list[LossSpec]:

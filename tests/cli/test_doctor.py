@@ -63,3 +63,19 @@ def test_doctor_settings_need_a_framework(capsys):
     assert capsys.readouterr().err == "gmpo-plugins doctor: error: settings ['a=b'] need --framework\n"
     assert main(["doctor", "--framework", "nope"]) == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_doctor_reports_the_tested_range_and_whether_the_installed_version_is_in_it(capsys, monkeypatch):
+    monkeypatch.setattr(visibility, "FRAMEWORKS", (("TRL", "trl", lambda: "sees the losses"),))
+    for installed, inside, text in (("1.16.0", True, "in range"), ("1.17.0", False, "OUTSIDE the tested range")):
+        monkeypatch.setattr(visibility, "installed_version", lambda distribution, v=installed: v)
+        status, result = doctor_json(capsys)
+        (check,) = result["frameworks"]
+        assert status == 0 and check["ok"] is True  # outside the range is reported, not a failure
+        assert (check["version"], check["tested_range"], check["in_tested_range"]) == (
+            installed,
+            "trl>=1.16.0,<1.17",
+            inside,
+        )
+        assert main(["doctor"]) == 0
+        assert f"TRL       {installed} (tested trl>=1.16.0,<1.17: {text})" in capsys.readouterr().out

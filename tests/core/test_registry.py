@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gmpo_plugins import LossNameCollisionError, PluginLoadWarning, UnknownLossError, get_loss, list_losses
+from gmpo_plugins.adapters.names import BUILTIN_LOSS_NAMES
 from gmpo_plugins.core.registry import LossRegistry
 
 from .batches import random_batch
@@ -85,19 +86,37 @@ def test_third_party_loss_is_usable(site):
     assert registry.get("my_gmpo")(inputs).loss.item() == pytest.approx(get_loss("gmpo")(inputs).loss.item())
 
 
-def test_two_distributions_claiming_one_name_is_an_error_naming_both(site):
+def test_two_distributions_claiming_one_name_refuse_that_name_only(site):
     site.add("plug-a", "plug_a", PLUGIN_SOURCE.format(name="shared"))
     site.add("plug-b", "plug_b", PLUGIN_SOURCE.format(name="shared"))
+    site.add("plug-c", "plug_c", PLUGIN_SOURCE.format(name="my_gmpo"))
+    with pytest.warns(PluginLoadWarning, match=r"'shared' is registered by both distribution 'plug-a'"):
+        registry = LossRegistry(autoload=True)
     with pytest.raises(LossNameCollisionError) as info:
-        LossRegistry(autoload=True)
-    assert "'shared'" in str(info.value)
+        registry.get("shared")
     assert "'plug-a'" in str(info.value) and "'plug-b'" in str(info.value)
+    assert "shared" not in registry.names() and set(registry.refused()) == {"shared"}
+    # every other loss, built-in or third-party, keeps working
+    inputs = random_batch(4, 5, seed=4)
+    assert registry.get("my_gmpo")(inputs).loss.item() == pytest.approx(registry.get("gmpo")(inputs).loss.item())
+    assert set(BUILTIN_LOSS_NAMES) <= set(registry.names())
 
 
-def test_shadowing_a_builtin_is_an_error(site):
+def test_shadowing_a_builtin_refuses_that_name_naming_both(site):
     site.add("plug-a", "plug_a", PLUGIN_SOURCE.format(name="gmpo"))
-    with pytest.raises(LossNameCollisionError, match=r"'gmpo' is registered by both distribution 'gmpo-plugins'"):
-        LossRegistry(autoload=True)
+    with pytest.warns(PluginLoadWarning):
+        registry = LossRegistry(autoload=True)
+    message = r"'gmpo' is registered by both distribution 'gmpo-plugins' and distribution 'plug-a'"
+    with pytest.raises(LossNameCollisionError, match=message):
+        registry.get("gmpo")
+    assert registry.get("gspo").provider == "gmpo-plugins"
+    assert "gmpo" not in registry.names() and set(BUILTIN_LOSS_NAMES) - {"gmpo"} <= set(registry.names())
+
+
+def test_builtin_names_module_lists_the_registrys_builtins():
+    builtins = LossRegistry(autoload=False)
+    assert sorted(BUILTIN_LOSS_NAMES) == builtins.names()
+    assert all(spec.provider == "gmpo-plugins" for spec in builtins.specs())
 
 
 def test_plugin_that_fails_to_import_warns_and_the_rest_works(site):

@@ -148,7 +148,73 @@ def test_install_and_worker_hook_import_nothing_heavy_and_patch_on_import():
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stderr[-3000:]
 
 
-def test_main_reports_an_unsupported_version(monkeypatch):
-    monkeypatch.setattr(version, "installed_version", lambda: "0.11.1")
-    with pytest.raises(SystemExit, match=r"OpenRLHF 0\.11\.1 is not supported .* openrlhf>=0\.11\.2,<0\.12"):
+def test_main_reports_a_missing_openrlhf(monkeypatch):
+    monkeypatch.setattr(version, "installed_version", lambda distribution: None)
+    with pytest.raises(SystemExit, match=r"OpenRLHF is not installed; .* openrlhf>=0\.11\.2,<0\.12"):
         main(["--actor.policy_loss_type", "gmpo"])
+
+
+def _policy_loss_with_another_signature(monkeypatch):
+    """OpenRLHF's PolicyLoss with a simulated signature change (a new constructor keyword), as
+    ``openrlhf.models`` exports it, after the patch met it (and refused to translate it)."""
+    import openrlhf.models
+
+    from gmpo_plugins.adapters.openrlhf.patch import patch_policy_loss, refusal
+
+    class PolicyLoss(openrlhf.models.PolicyLoss):
+        def __init__(self, *args, new_option=None, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    module = type(sys)("openrlhf.models.loss")
+    module.PolicyLoss = PolicyLoss
+    patch_policy_loss(module)
+    assert refusal(PolicyLoss) is not None
+    monkeypatch.setattr(openrlhf.models, "PolicyLoss", PolicyLoss)
+
+
+def test_openrlhfs_own_loss_runs_when_the_patch_does_not_apply(loss_module, monkeypatch):
+    _policy_loss_with_another_signature(monkeypatch)
+    for own in ("ppo", "gspo"):
+        seen = record_ray_init(monkeypatch, ["--actor.policy_loss_type", own, *GROUP])
+        assert seen["runtime_env"]["worker_process_setup_hook"] == HOOK
+
+
+def test_a_registry_loss_is_a_usage_error_when_the_patch_does_not_apply(loss_module, monkeypatch, capsys):
+    _policy_loss_with_another_signature(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        main(["--actor.policy_loss_type", "gmpo", *GROUP])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "PolicyLoss.__init__ has parameters ('self', 'args', 'new_option', 'kwargs')" in err
+    assert "--actor.policy_loss_type gmpo cannot run" in err
+
+
+def _watch_running_at_ray_init(monkeypatch, env_value: str | None) -> bool:
+    """Run ``main`` up to OpenRLHF's ``ray.init`` with GMPO_OPENRLHF_SCHEDULE_TIMEOUT=``env_value``
+    (unset for None): whether the schedule watch thread was running then."""
+    import threading
+
+    if env_value is None:
+        monkeypatch.delenv("GMPO_OPENRLHF_SCHEDULE_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("GMPO_OPENRLHF_SCHEDULE_TIMEOUT", env_value)
+    names: list[str] = []
+    import ray
+
+    def fake_init(*args, **kwargs):
+        names.extend(thread.name for thread in threading.enumerate())
+        raise _RayInitCalled
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    with pytest.raises(_RayInitCalled):
+        main(["--actor.policy_loss_type", "gmpo", *GROUP])
+    return "gmpo-openrlhf-stall-watch" in names
+
+
+@pytest.mark.parametrize("env_value", [None, "", "0"])
+def test_the_schedule_watch_is_off_unless_asked_for(loss_module, monkeypatch, env_value):
+    assert not _watch_running_at_ray_init(monkeypatch, env_value)
+
+
+def test_the_schedule_watch_runs_when_asked_for(loss_module, monkeypatch):
+    assert _watch_running_at_ray_init(monkeypatch, "30")

@@ -60,42 +60,43 @@ def test_ray_worker_gets_our_loss_through_the_registry_actor(registered, monkeyp
     assert clip_ratio == 0.5
 
 
-def test_ray_worker_with_a_broken_registry_fails_naming_it(registered, tmp_path):
-    """Our loss synced through the registry actor into a worker whose environment has a
-    gmpo_plugins plugin claiming "gmpo": calling it raises PluginLoadError naming the package,
-    how it was registered and the original LossNameCollisionError, not SkyRL's unknown-loss
-    error and not another loss."""
+def test_ray_worker_with_a_colliding_plugin_refuses_that_name_only(registered, tmp_path):
+    """Our losses synced through the registry actor into a worker whose environment has a
+    gmpo_plugins plugin claiming "gmpo": calling "gmpo" raises the registry's
+    LossNameCollisionError naming both distributions (not SkyRL's unknown-loss error, not
+    another loss); every other loss runs in the same worker."""
     from skyrl.backends.skyrl_train.utils.ppo_utils import sync_registries
 
     from ..broken_plugins import pythonpath_with, with_collider
 
     @ray.remote(num_cpus=1)
-    def ask():
+    def ask(name):
         import torch
         from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
         from skyrl.train.config import AlgorithmConfig
 
-        fn = PolicyLossRegistry.get("gmpo")
-        config = AlgorithmConfig(policy_loss_type="gmpo", loss_reduction="sequence_mean")
+        fn = PolicyLossRegistry.get(name)
+        config = AlgorithmConfig(policy_loss_type=name, loss_reduction="sequence_mean")
         try:
-            fn(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), config=config, loss_mask=torch.ones(1, 2))
+            loss, _ = fn(
+                torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), config=config, loss_mask=torch.ones(1, 2)
+            )
         except Exception as error:  # noqa: BLE001 - the error is what is checked
             return os.getpid(), type(error).__name__, str(error)
-        return os.getpid(), None, ""
+        return os.getpid(), None, float(loss)
 
     temp_dir = tempfile.mkdtemp(prefix="ray_skyrl_", dir="/tmp")
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath_with(with_collider(tmp_path))}}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir, runtime_env=runtime_env)
     try:
         sync_registries()
-        pid, kind, message = ray.get(ask.remote(), timeout=240)
+        (pid, kind, message), other = ray.get([ask.remote("gmpo"), ask.remote("gmpo_plugins.gspo")], timeout=240)
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert pid != os.getpid()
-    assert kind == "PluginLoadError"
-    assert message.startswith(
-        "gmpo_plugins: SkyRL policy_loss_type 'gmpo' comes from the package gmpo-plugins (registered by"
-    )
-    assert "synced to this process through SkyRL's Ray registry actor" in message
-    assert "LossNameCollisionError" in message and "gmpo-collider" in message
+    assert kind == "LossNameCollisionError"
+    assert "'gmpo' is registered by both distribution 'gmpo-plugins' and distribution 'gmpo-collider'" in message
+    # gspo at ratio 1 (w = 1): SkyRL's sequence_mean scaling undone, the core's advantage is
+    # 1 * |o| = 2, with unit counts the loss is -2 * 1 / 1 = -2
+    assert other[1:] == (None, pytest.approx(-2.0, abs=1e-12))

@@ -44,7 +44,7 @@ def test_composed_gmpo_config_is_valid_and_reaches_our_loss(model, actor_config,
     # what the loss received: log-space eps from clip_ratio_*, the engine's global counts
     hparams = hparams_from_config(get_loss("gmpo"), config, config.loss_agg_mode, "gmpo")
     assert hparams == {"eps_low": 0.4, "eps_high": 0.4}
-    batch = batch_info_from_config(config)
+    batch = batch_info_from_config(config, get_loss("gmpo"), hparams, "gmpo")
     assert (batch.dp_size, batch.global_batch_size, batch.global_num_tokens) == (
         1,
         8,

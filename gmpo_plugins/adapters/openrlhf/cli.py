@@ -16,9 +16,9 @@ validation and ``train(args)``, unchanged) with three additions:
    env>)``: OpenRLHF's env vars plus the worker setup hook, which patches PolicyLoss in
    every Ray worker (added once; left out when a ``ray job submit`` env carries it), and
    the driver's ``GMPO_PLUGINS_LOSS_HPARAMS`` in its ``env_vars`` (``hparam_sources``).
-4. ``stall.StallWatch``: a placement group or actor that Ray cannot schedule for
-   ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` seconds (default 600) ends the run with exit status 1
-   and a message naming what waits, instead of a silent wait.
+4. Opt-in, off by default: with ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT=<seconds>`` (> 0),
+   ``stall.StallWatch`` ends the run with exit status 1 and a message naming what waits when
+   a placement group or actor stays unschedulable that long, instead of a silent wait.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from gmpo_plugins.adapters.openrlhf.options import (
 )
 from gmpo_plugins.adapters.openrlhf.stall import StallWatch, timeout_from_env
 from gmpo_plugins.adapters.openrlhf.version import UnsupportedOpenRLHFVersionError
+from gmpo_plugins.core.registry import LossNameCollisionError
 
 OPENRLHF_MAIN = "openrlhf.cli.train_ppo_ray"
 PROG = "gmpo-openrlhf"
@@ -120,7 +121,7 @@ def _openrlhf_parsing(capture: bool) -> Iterator[None]:
         parsed = original(self, args, namespace)
         try:
             check_args(parsed)
-        except OpenRLHFConfigError as exc:
+        except (OpenRLHFConfigError, UnsupportedOpenRLHFVersionError, LossNameCollisionError) as exc:
             self.error(str(exc))
         return parsed
 

@@ -88,8 +88,8 @@ def _install_finder() -> None:
 def install() -> None:
     """Make ``--actor.policy_loss_type <registry loss>`` work in this process (see module docstring).
 
-    Checks the installed OpenRLHF version first (UnsupportedOpenRLHFVersionError naming the
-    supported range). Idempotent.
+    Checks the installed OpenRLHF version first: UnsupportedOpenRLHFVersionError when it is
+    not installed, one UntestedFrameworkWarning outside the tested range. Idempotent.
     """
     from gmpo_plugins.adapters.openrlhf.version import check_version
 

@@ -57,14 +57,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import Field, Resolution, announce, resolve
+from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "gmpo_plugins."
 OPENRLHF_OWN = ("ppo", "gspo")
 OPENRLHF_FIELDS = (  # train_ppo_ray flag (as PolicyLoss receives it) -> registry hyper-parameter
     Field(
@@ -107,16 +108,18 @@ class LossPlan:
 
 
 def policy_loss_choices() -> list[str]:
-    """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names."""
-    specs = list_losses()
-    bare = [spec.name for spec in specs if spec.name not in OPENRLHF_OWN]
-    return [*OPENRLHF_OWN, *bare, *(PREFIX + spec.name for spec in specs)]
+    """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names
+    (names the registry refuses included: asking for one raises its LossNameCollisionError)."""
+    names = sorted([spec.name for spec in list_losses()] + list(refused_losses()))
+    bare = [name for name in names if name not in OPENRLHF_OWN]
+    return [*OPENRLHF_OWN, *bare, *(PREFIX + name for name in names)]
 
 
 def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     """The registry loss ``policy_loss_type`` names, or None for OpenRLHF's own ``ppo``/``gspo``.
 
-    Raises OpenRLHFConfigError listing the valid names for anything else.
+    Raises OpenRLHFConfigError listing the valid names for anything else, and the registry's
+    LossNameCollisionError for a name two distributions claim.
     """
     if policy_loss_type in OPENRLHF_OWN:
         return None
@@ -125,6 +128,8 @@ def registry_spec(policy_loss_type: Any) -> LossSpec | None:
     if isinstance(name, str) and name.startswith(PREFIX):
         name = name[len(PREFIX) :]
     spec = by_name.get(name) if isinstance(name, str) else None
+    if spec is None and name in refused_losses():
+        raise LossNameCollisionError(refused_losses()[name])
     if spec is None:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type!r} is unknown; valid: "
@@ -147,15 +152,15 @@ def _check_reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bo
             )
         return
     if spec.sequence_level:
-        if token_level_loss and policy_loss_type not in _warned:
-            _warned.add(policy_loss_type)
-            logger.warning(
-                "gmpo_plugins: --actor.policy_loss_type=%s is sequence-level: its reduction is fixed by the "
-                "method (a per-sequence value, summed over sequences and divided by OpenRLHF's "
-                "global_batch_size), so --actor.loss_agg_mode token-mean (OpenRLHF's default) is treated as "
-                "that per-sequence mean. Pass --actor.loss_agg_mode seq-mean-token-mean to say so and "
-                "silence this warning (OpenRLHF's KL-loss and entropy terms stay token means either way).",
+        if token_level_loss:
+            warn_token_mean_for_sequence_loss(
+                logger,
+                _warned,
                 policy_loss_type,
+                loss_setting=f"--actor.policy_loss_type={policy_loss_type}",
+                agg_setting="--actor.loss_agg_mode {}",
+                framework="OpenRLHF",
+                consequence="OpenRLHF's KL-loss and entropy terms stay token means either way",
             )
         return
     if not token_level_loss:

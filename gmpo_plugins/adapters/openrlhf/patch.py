@@ -17,6 +17,11 @@ bindings, so the class object itself gets a new ``__init__`` and ``forward``:
         out = spec(inputs, batch, **hparams)
         return (out.loss, out.metrics["clip_frac"], out.metrics["ppo_kl"], None, None)
 
+A ``PolicyLoss`` whose signature differs from the one translated here (another OpenRLHF)
+is not patched: its ``__init__`` only refuses a registry ``policy_loss_type`` with
+UnsupportedOpenRLHFVersionError naming the signature, and runs OpenRLHF's own ppo/gspo
+untouched (``refuse_registry_losses``).
+
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
 the last two are None as in OpenRLHF without IS correction (which is refused for registry
 losses). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
@@ -34,14 +39,23 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
-from gmpo_plugins.adapters.openrlhf.options import LossPlan, OpenRLHFConfigError, batch_info, plan_loss
+from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
+from gmpo_plugins.adapters.openrlhf.options import (
+    OPENRLHF_OWN,
+    LossPlan,
+    OpenRLHFConfigError,
+    batch_info,
+    plan_loss,
+)
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
+from gmpo_plugins.core.registry import LossNameCollisionError
 from gmpo_plugins.core.types import LossInputs
 
 MARKER = "__gmpo_plugins_patched__"
 PATCHED_BY = "PolicyLoss patched by gmpo_plugins.adapters.openrlhf.install() or its Ray worker setup hook"
 PLAN = "_gmpo_plugins_plan"
+REFUSAL = "__gmpo_plugins_refusal__"
 INIT_PARAMETERS = (
     "self",
     "clip_eps_low",
@@ -67,14 +81,36 @@ FORWARD_PARAMETERS = (
 )
 
 
-def _check_signatures(cls: type) -> None:
+def signature_mismatch(cls: type) -> str | None:
+    """Why ``cls`` (OpenRLHF's PolicyLoss) cannot be patched, or None when its signature is the one translated."""
     for method, expected in (("__init__", INIT_PARAMETERS), ("forward", FORWARD_PARAMETERS)):
         found = tuple(inspect.signature(getattr(cls, method)).parameters)
         if found != expected:
-            raise UnsupportedOpenRLHFVersionError(
+            return (
                 f"gmpo_plugins: openrlhf.models.loss.PolicyLoss.{method} has parameters {found}, not the "
                 f"{expected} of the OpenRLHF versions this adapter supports (openrlhf{SUPPORTED})"
             )
+    return None
+
+
+def refuse_registry_losses(cls: Any, why: str) -> None:
+    """Make ``cls.__init__`` raise UnsupportedOpenRLHFVersionError(``why``) for a registry
+    ``policy_loss_type`` and run OpenRLHF's own ``__init__`` unchanged for anything else."""
+    original_init = cls.__init__
+
+    def refuse(requested: Any) -> None:
+        if requested is not None and requested not in OPENRLHF_OWN:
+            raise UnsupportedOpenRLHFVersionError(f"{why}; --actor.policy_loss_type {requested} cannot run")
+
+    @functools.wraps(original_init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        refuse(kwargs.get("policy_loss_type"))  # before OpenRLHF's own checks, which may reject the name
+        original_init(self, *args, **kwargs)
+        refuse(self.__dict__.get("policy_loss_type"))  # given positionally
+
+    cls.__init__ = __init__
+    setattr(cls, REFUSAL, why)
+    setattr(cls, MARKER, True)
 
 
 def registry_forward(
@@ -102,14 +138,17 @@ def registry_forward(
 def patch_policy_loss(module: ModuleType) -> None:
     """Patch ``module.PolicyLoss`` (the executed ``openrlhf.models.loss``) in place; idempotent.
 
-    Raises UnsupportedOpenRLHFVersionError (naming the supported range) for another
-    OpenRLHF version or PolicyLoss signature.
+    Outside the tested range it warns once (``version``); a PolicyLoss with another
+    signature only refuses registry losses (``refuse_registry_losses``).
     """
     cls = module.PolicyLoss
     if cls.__dict__.get(MARKER):
         return
     check_version()
-    _check_signatures(cls)
+    why = signature_mismatch(cls)
+    if why is not None:
+        refuse_registry_losses(cls, why)
+        return
     original_init, original_forward = cls.__init__, cls.forward
     forward_signature = inspect.signature(original_forward)
 
@@ -125,7 +164,7 @@ def patch_policy_loss(module: ModuleType) -> None:
                 token_level_loss=self.token_level_loss,
                 is_correction_level=self.is_correction_level,
             )
-        except OpenRLHFConfigError:
+        except (OpenRLHFConfigError, LossNameCollisionError):
             raise
         except Exception as error:  # the registry cannot load here: say so, not "invalid policy loss type"
             setting = f"OpenRLHF --actor.policy_loss_type {self.policy_loss_type}"
@@ -156,5 +195,10 @@ def patch_policy_loss(module: ModuleType) -> None:
 
 
 def is_patched(cls: type) -> bool:
-    """True when ``cls`` (OpenRLHF's PolicyLoss) carries this patch."""
-    return bool(cls.__dict__.get(MARKER))
+    """True when ``cls`` (OpenRLHF's PolicyLoss) carries this patch (not only the refusal)."""
+    return bool(cls.__dict__.get(MARKER)) and REFUSAL not in cls.__dict__
+
+
+def refusal(cls: type) -> str | None:
+    """Why registry losses are refused on ``cls`` (OpenRLHF's PolicyLoss), or None."""
+    return cls.__dict__.get(REFUSAL)

@@ -1,4 +1,4 @@
-"""Fail a ``gmpo-openrlhf`` run whose Ray resources never arrive, instead of waiting forever.
+"""Opt-in: fail a ``gmpo-openrlhf`` run whose Ray resources never arrive, instead of waiting forever.
 
 OpenRLHF asks Ray for placement groups and actors with GPUs (``ray.get(placement_group.ready())``,
 ``RayActorGroup``); on a cluster that lacks them it blocks without a message. ``StallWatch`` polls
@@ -6,8 +6,12 @@ Ray's control store (GCS) from a daemon thread once Ray is initialised: a placem
 created, or an actor still pending creation, for longer than ``timeout_s`` seconds is a stall. It then
 writes one message naming what waits, what it asks for and what the cluster has, and interrupts the
 main thread (``KeyboardInterrupt`` there, which ``gmpo-openrlhf`` turns into exit status 1 with the
-message). ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` sets ``timeout_s`` (default 600; 0 turns the watch off):
-an autoscaling cluster may legitimately take minutes to add nodes.
+message).
+
+The watch is off unless asked for: it ends a user's run, and an autoscaling cluster may
+legitimately take longer than any fixed time to add nodes. ``GMPO_OPENRLHF_SCHEDULE_TIMEOUT``
+set to a number of seconds > 0 turns it on with that ``timeout_s``; unset, empty or 0 leaves
+it off.
 """
 
 from __future__ import annotations
@@ -19,15 +23,14 @@ import threading
 import time
 
 TIMEOUT_ENV = "GMPO_OPENRLHF_SCHEDULE_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0
 POLL_S = 2.0
 
 
 def timeout_from_env() -> float:
-    """``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` in seconds (a non-negative number) or the default."""
+    """``GMPO_OPENRLHF_SCHEDULE_TIMEOUT`` in seconds (a non-negative number); 0 (off) when unset or empty."""
     raw = os.environ.get(TIMEOUT_ENV)
-    if raw is None or raw == "":
-        return DEFAULT_TIMEOUT_S
+    if raw is None or raw.strip() == "":
+        return 0.0
     try:
         value = float(raw)
     except ValueError:

@@ -15,7 +15,10 @@ Before SkyRL starts Ray, the overrides are read into SkyRL's config, validated b
 (``validate_cfg``) and by the selected registry loss (``check_config``): a setting the loss
 cannot honour (``loss_reduction`` it cannot express, ``eps_clip_low=0`` with gmpo, ...) or a
 ``policy_loss_type`` nobody registered exits with status 2 and one line naming the setting,
-within seconds, instead of failing at the loss's first call inside a Ray worker.
+within seconds, instead of failing at the loss's first call inside a Ray worker. So does a
+SkyRL whose trainer no longer pre-scales the advantages as the adapter relies on
+(``prescaling``), checked only when ``policy_loss_type`` selects a registry loss: a run of
+SkyRL's own losses is not affected.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import forward_override
 from gmpo_plugins.adapters.skyrl.options import SkyRLConfigError, hparams_from_config
+from gmpo_plugins.adapters.skyrl.prescaling import check_prescaling
 from gmpo_plugins.adapters.skyrl.registration import SkyRLName, is_ours, register_losses
+from gmpo_plugins.adapters.upstream import UpstreamDriftError
 from gmpo_plugins.core.registry import get_loss
 
 OVERRIDE = "trainer.override_entrypoint="
@@ -49,8 +54,9 @@ def check_config(cfg: Any) -> None:
     """Validate SkyRL's config ``cfg`` as SkyRL does, then, when ``policy_loss_type`` selects a
     registry loss, translate its settings as the loss will (``hparams_from_config``).
 
-    Raises SkyRL's own error (ValueError, AssertionError, ...) for a setting SkyRL refuses, or
-    SkyRLConfigError naming the SkyRL field the loss cannot honour.
+    Raises SkyRL's own error (ValueError, AssertionError, ...) for a setting SkyRL refuses,
+    SkyRLConfigError naming the SkyRL field the loss cannot honour, or UpstreamDriftError when
+    SkyRL's trainer no longer pre-scales the advantages (``prescaling``).
     """
     from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
     from skyrl.train.utils import validate_cfg
@@ -60,6 +66,7 @@ def check_config(cfg: Any) -> None:
     loss = PolicyLossRegistry.get(name)
     if is_ours(loss):
         hparams_from_config(get_loss(loss.loss), cfg.trainer.algorithm, name)
+        check_prescaling()
 
 
 def forward_loss_hparams() -> None:
@@ -83,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Register, check the config, then run SkyRL's ``main_base.main()`` on ``argv`` (default
     ``sys.argv[1:]``); exit status 2 with one line for a configuration that ``check_config`` refuses."""
     args = list(sys.argv[1:] if argv is None else argv)
-    names = register_losses()
+    names = register_losses(check_trainer=False)  # checked by check_config, for registry losses only
     if args == ["--names"]:
         print(table(names))
         return
@@ -93,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = [arg for arg in args if not arg.startswith(OVERRIDE)]
     try:
         check_config(SkyRLTrainConfig.from_cli_overrides(overrides))
-    except (AssertionError, ValueError, TypeError, SkyRLConfigError) as exc:
+    except (AssertionError, ValueError, TypeError, SkyRLConfigError, UpstreamDriftError) as exc:
         print(f"python -m gmpo_plugins.adapters.skyrl: invalid configuration: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *overrides]

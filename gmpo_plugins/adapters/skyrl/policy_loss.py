@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
+from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len
-from gmpo_plugins.core.registry import get_loss
+from gmpo_plugins.core.registry import LossNameCollisionError, get_loss
 from gmpo_plugins.core.types import LossInputs
 
 REGISTERED_BY = (
@@ -59,6 +60,8 @@ class SkyRLPolicyLoss:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         try:
             spec = get_loss(self.loss)
+        except LossNameCollisionError:  # the registry refuses this name only, naming both distributions
+            raise
         except Exception as error:  # a worker whose registry cannot load: say so, not "unknown loss"
             setting = f"SkyRL policy_loss_type {self.policy_loss_type!r}"
             raise PluginLoadError(load_failure_message(setting, REGISTERED_BY, error)) from error

@@ -7,6 +7,12 @@ Names (``trainer.algorithm.policy_loss_type`` values), for each registry loss ``
                           something that is not ours: a SkyRL built-in (``gspo``,
                           ``regular``, ...) or another user's loss
 
+Before registering, ``register_losses`` checks that the installed SkyRL trainer pre-scales the
+advantages as the adapter relies on (``prescaling``; UpstreamDriftError otherwise) and warns
+once when SkyRL is outside the tested range. A loss name the registry refuses (claimed by two
+distributions) is registered as well: SkyRL then calls it and gets the registry's
+``LossNameCollisionError`` naming both distributions, while every other loss works.
+
 SkyRL's ``register`` raises on a taken name, so names are checked first; names already
 holding our loss are left as they are (calling ``register_losses`` twice is harmless).
 When Ray is initialised, SkyRL's ``register`` also stores each function in its named
@@ -22,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.skyrl.policy_loss import SkyRLPolicyLoss
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.adapters.skyrl.prescaling import check_prescaling
+from gmpo_plugins.adapters.upstream import warn_if_untested
+from gmpo_plugins.core.registry import list_losses, refused_losses
 
 logger = logging.getLogger(__name__)
-
-PREFIX = "gmpo_plugins."
 
 
 @dataclass(frozen=True)
@@ -67,29 +74,39 @@ def skyrl_policy_loss_registry() -> Any:
     return PolicyLossRegistry
 
 
-def register_losses(registry: Any = None) -> list[SkyRLName]:
+def register_losses(registry: Any = None, *, check_trainer: bool = True) -> list[SkyRLName]:
     """Register all registry losses into ``registry`` (default: SkyRL's PolicyLossRegistry)
-    under the names of the module docstring; returns how each loss was named."""
+    under the names of the module docstring; returns how each loss was named.
+
+    ``check_trainer``: first check SkyRL's advantage pre-scaling (``prescaling``), raising
+    UpstreamDriftError when it changed (the entry point checks it only for runs that select
+    a registry loss, so it passes False).
+    """
     if registry is None:
         registry = skyrl_policy_loss_registry()
+    warn_if_untested("skyrl")
+    if check_trainer:
+        check_prescaling()
 
     taken = set(registry.list_available())
     names = []
-    for spec in list_losses():
-        bare: str | None = spec.name
+    refused = list(refused_losses())
+    for loss in [spec.name for spec in list_losses()] + refused:
+        bare: str | None = loss
         taken_by = None
-        for name in (PREFIX + spec.name, spec.name):
+        for name in (PREFIX + loss, loss):
             if name not in taken:
-                registry.register(name, SkyRLPolicyLoss(spec.name, name))
+                registry.register(name, SkyRLPolicyLoss(loss, name))
                 continue
             current = registry.get(name)
             if is_ours(current):
                 continue
-            if name == spec.name:
+            if name == loss:
                 bare, taken_by = None, _owner(current)
             else:
                 logger.warning(
                     "gmpo_plugins: SkyRL policy_loss_type %r is taken by %s; not replaced", name, _owner(current)
                 )
-        names.append(SkyRLName(spec.name, PREFIX + spec.name, bare, taken_by))
+        if loss not in refused:
+            names.append(SkyRLName(loss, PREFIX + loss, bare, taken_by))
     return names

@@ -23,6 +23,9 @@ positions that predict the completion and the ``lm_head`` weight go to
 (B, T, V) logits (``old`` missing: the current log-probs, detached, as above). The backbone is
 called on the unwrapped model, as TRL's own chunked losses do (``_get_last_hidden_state``).
 
+The first training step proves that the loss TRL back-propagated is the registry's
+(``proof``), and a TRL outside the tested range warns once (``upstream``).
+
 Hyper-parameters and refusals: ``options``; normalisation: ``normalisation``; metric
 names: ``metrics``. No loss math here.
 """
@@ -41,6 +44,8 @@ from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metrics
 from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
 from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hparams_from_args
+from gmpo_plugins.adapters.trl.proof import LossProof
+from gmpo_plugins.adapters.upstream import warn_if_untested
 from gmpo_plugins.core.fused_linear import fused_linear_loss
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
@@ -89,8 +94,11 @@ class RegistryGRPOTrainer(GRPOTrainer):
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-{loss}")
+        warn_if_untested("trl")
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
+        self._proof: LossProof | None = None
+        self._loss_proven = False
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if args.use_liger_kernel and self.aux_loss_enabled:
             raise UnsupportedTRLOptionError(
@@ -104,6 +112,21 @@ class RegistryGRPOTrainer(GRPOTrainer):
             return None
         ratio = inputs["importance_sampling_ratio"]
         return ratio.squeeze(-1) if self.vllm_importance_sampling_mode in SEQUENCE_IS_MODES else ratio
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """GRPOTrainer's training step; the first one also proves that it back-propagated the
+        registry loss (``proof``: UpstreamDriftError naming the TRL version otherwise)."""
+        if self._loss_proven:
+            return super().training_step(model, inputs, num_items_in_batch)
+        self._proof = LossProof(self.loss_spec.name)
+        try:
+            output = super().training_step(model, inputs, num_items_in_batch)
+            proof = self._proof
+        finally:
+            self._proof = None
+        proof.verify()
+        self._loss_proven = True
+        return output
 
     def _compute_loss(self, model: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
@@ -153,6 +176,8 @@ class RegistryGRPOTrainer(GRPOTrainer):
                 **self.loss_hparams,
             )
         loss = out.loss
+        if self._proof is not None:
+            self._proof.watch(out.loss)
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())

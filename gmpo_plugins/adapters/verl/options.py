@@ -33,6 +33,7 @@ the method):
 Batch normalisation: ``BatchInfo(dp_size, global_batch_size, global_num_tokens)`` from
 ``config.global_batch_info`` (``dp_size``, ``global_batch_size`` = ppo_mini_batch_size *
 rollout.n over all ranks, ``batch_num_tokens``), which ``ppo_loss`` fills before each call.
+A key the loss needs that is missing raises ``UpstreamDriftError`` (never a local mean).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, announce, attribute, resolve
+from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
+from gmpo_plugins.adapters.upstream import TESTED, UpstreamDriftError, framework_version
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
@@ -107,17 +110,15 @@ def _check_agg_mode(spec: LossSpec, loss_mode: str, loss_agg_mode: str) -> None:
     if spec.sequence_level and loss_agg_mode == SEQ_MEAN_TOKEN_MEAN:
         return
     if loss_agg_mode == TOKEN_MEAN:
-        if spec.sequence_level and (loss_mode, loss_agg_mode) not in _warned:
-            _warned.add((loss_mode, loss_agg_mode))
-            logger.warning(
-                "gmpo_plugins: loss_mode=%s is sequence-level: its reduction is fixed by the method "
-                "(mean over sequences of a per-sequence value, normalised by the global batch size), so "
-                "%s=token-mean (verl's default) is treated as that per-sequence mean. Set "
-                "%s=seq-mean-token-mean to say so and silence this warning (verl then also "
-                "aggregates its entropy and KL-loss terms per sequence).",
-                loss_mode,
-                field,
-                field,
+        if spec.sequence_level:
+            warn_token_mean_for_sequence_loss(
+                logger,
+                _warned,
+                (loss_mode, loss_agg_mode),
+                loss_setting=f"loss_mode={loss_mode}",
+                agg_setting=field + "={}",
+                framework="verl",
+                consequence="verl then also aggregates its entropy and KL-loss terms per sequence",
             )
         return
     accepted = [SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN] if spec.sequence_level else [TOKEN_MEAN]
@@ -168,10 +169,41 @@ def _count(value: Any) -> Any:
         return value
 
 
-def batch_info_from_config(config: Any) -> BatchInfo:
-    """``BatchInfo`` from ``config.global_batch_info`` (local means where a count is missing)."""
+GLOBAL_BATCH_INFO = "config.global_batch_info"
+"""Filled by verl 0.9's ``ppo_loss`` before every call with dp_size, global_batch_size and
+batch_num_tokens (and loss_scale_factor)."""
+
+
+def needed_counts(spec: LossSpec, hparams: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``global_batch_info`` keys ``spec`` normalises by with ``hparams``: dp_size, and the
+    sequence count (sequence-level, seq-mean-*), the token count (token-mean) or both (a loss
+    that declares no reduction)."""
+    reduction = hparams.get("reduction")
+    if spec.sequence_level or reduction in (SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM):
+        return ("dp_size", "global_batch_size")
+    if reduction == TOKEN_MEAN:
+        return ("dp_size", "batch_num_tokens")
+    return ("dp_size", "global_batch_size", "batch_num_tokens")
+
+
+def batch_info_from_config(config: Any, spec: LossSpec, hparams: Mapping[str, Any], loss_mode: str) -> BatchInfo:
+    """``BatchInfo`` from ``config.global_batch_info`` (dp_size, global_batch_size, batch_num_tokens).
+
+    Raises UpstreamDriftError naming the key when one that ``spec`` needs (``needed_counts``)
+    is missing: without it the loss could only take a per-micro-batch mean, which is another
+    objective. A key present with the value None (no global count) is passed on as None.
+    """
     info: Mapping[str, Any] = getattr(config, "global_batch_info", None) or {}
-    dp_size = info.get("dp_size")
+    for key in needed_counts(spec, hparams):
+        if key not in info:
+            raise UpstreamDriftError(
+                f"gmpo_plugins: verl's {GLOBAL_BATCH_INFO} has no {key!r} (keys: {sorted(info)}), which "
+                f"loss_mode={loss_mode} needs to normalise by the global mini-batch; verl 0.9's ppo_loss fills it "
+                f"before every call, so this {framework_version('verl')} calls the policy loss from another path. "
+                "Refusing rather than taking a per-micro-batch mean (another objective); run the verl versions "
+                f"the adapter is tested with (verl{TESTED['verl'].specifier})"
+            )
+    dp_size = info["dp_size"]
     return BatchInfo(
         dp_size=1 if dp_size is None else _count(dp_size),
         global_batch_size=_count(info.get("global_batch_size")),

@@ -57,7 +57,7 @@ def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
             mask=response_mask,
             rollout_is_weights=rollout_is_weights,
         )
-        batch = batch_info_from_config(config)
+        batch = batch_info_from_config(config, spec, hparams, loss_mode)
         out = spec(inputs, batch, validate=value_checks_enabled(f"verl:{loss_mode}"), **hparams)
         return out.loss, verl_metrics(out.metrics)
 

@@ -8,6 +8,11 @@ Names (``loss_mode`` values), for each registry loss ``<name>``:
                           ``geo_mean``, ...) or another plugin. verl's ``register_policy_loss``
                           overwrites silently, so the registry is checked first.
 
+A name the registry refuses (claimed by two distributions, ``core.registry``) is registered
+too, bare where free and prefixed, as a stand-in that raises the registry's
+``LossNameCollisionError`` naming both distributions: asking for it fails loudly, every
+other loss_mode works.
+
 Idempotent: entries carrying our marker (``policy_loss.MARKER``) are replaced, so importing
 the adapter through both the ``verl.plugins`` entry point and ``external_lib`` /
 ``VERL_USE_EXTERNAL_MODULES`` registers each name once.
@@ -19,14 +24,13 @@ import logging
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
+from gmpo_plugins.adapters.load_failure import STAND_IN, stand_in
+from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.upstream import warn_if_untested
 from gmpo_plugins.adapters.verl.policy_loss import MARKER, make_policy_loss
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 
 logger = logging.getLogger(__name__)
-
-PREFIX = "gmpo_plugins."
-STAND_IN = "__gmpo_plugins_unavailable__"
-"""``verl_plugin.STAND_IN`` (not imported: importing the entry point module imports this one)."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,8 @@ def is_ours(fn: Callable) -> bool:
 
 
 def replaceable(fn: Callable) -> bool:
-    """True for our loss, or for the stand-in ``verl_plugin`` registers when the adapter
-    failed to load (``verl_plugin.STAND_IN``)."""
+    """True for our loss, or for a stand-in (``load_failure.STAND_IN``): the one ``verl_plugin``
+    registers when the adapter failed to load, or a refused name's."""
     return is_ours(fn) or hasattr(fn, STAND_IN)
 
 
@@ -64,6 +68,7 @@ def register_losses(registry: MutableMapping[str, Callable] | None = None) -> li
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
         registry = POLICY_LOSS_REGISTRY
+    warn_if_untested("verl")
     names = []
     for spec in list_losses():
         prefixed = PREFIX + spec.name
@@ -78,4 +83,9 @@ def register_losses(registry: MutableMapping[str, Callable] | None = None) -> li
             names.append(VerlName(spec.name, prefixed, spec.name, None))
         else:
             names.append(VerlName(spec.name, prefixed, None, _owner(current)))
+    for loss, message in refused_losses().items():
+        for name in (PREFIX + loss, loss):
+            current = registry.get(name)
+            if current is None or replaceable(current):
+                registry[name] = stand_in(name, LossNameCollisionError(message))
     return names

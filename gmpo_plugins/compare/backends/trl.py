@@ -66,6 +66,7 @@ class _TrainerStandIn(TensorTrainer):
         self.use_vllm = False
         self.vllm_importance_sampling_correction = False
         self.aux_loss_enabled = False
+        self._proof = None  # no training step: nothing to prove (RegistryGRPOTrainer.training_step)
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
 
 

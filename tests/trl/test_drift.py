@@ -1,0 +1,75 @@
+"""TRL drift: a GRPOTrainer that does not back-propagate the registry loss is refused on the
+first training step, naming the TRL version, before any weight changes.
+
+The drift is simulated in TRL's own class (``trl.GRPOTrainer.compute_loss`` replaced for the
+test), in real ``trainer.train()`` runs on CPU:
+
+    routed around   compute_loss never calls ``_compute_loss`` and trains TRL's own loss
+                    (what TRL releases before 1.x did for ``use_liger_kernel``)
+    other tensor    compute_loss calls ``_compute_loss`` (the registry loss is computed and
+                    logged) but returns TRL's own loss, which is what gets back-propagated
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import trl
+from trl import GRPOTrainer
+
+from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
+from gmpo_plugins.adapters.upstream import UpstreamDriftError
+
+from .tiny import count_digits_reward, grpo_config
+
+TRL_OWN_LOSS = GRPOTrainer._compute_loss  # TRL's own loss (the method the adapter overrides)
+
+
+def routed_around(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    return TRL_OWN_LOSS(self, model, inputs)
+
+
+def other_tensor(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    self._compute_loss(model, inputs)
+    return TRL_OWN_LOSS(self, model, inputs)
+
+
+def _trainer(model_dir, tmp_path, tokenizer, prompts, **config):
+    return RegistryGRPOTrainer(
+        model_dir,
+        count_digits_reward,
+        grpo_config(tmp_path, max_steps=2, **config),
+        prompts,
+        processing_class=tokenizer,
+        loss="gmpo",
+    )
+
+
+@pytest.mark.parametrize(
+    ("drift", "what"),
+    [
+        (routed_around, "GRPOTrainer.compute_loss never called RegistryGRPOTrainer._compute_loss"),
+        (other_tensor, "the tensor TRL back-propagated does not depend on the registry loss"),
+    ],
+)
+def test_a_loss_routed_around_the_registry_is_refused_naming_the_version(
+    drift, what, monkeypatch, model_dir, tmp_path, tokenizer, prompts
+):
+    trainer = _trainer(model_dir, tmp_path, tokenizer, prompts, epsilon=0.4)
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", drift)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    with pytest.raises(UpstreamDriftError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert message.startswith(f"gmpo_plugins: in the first training step of trl {trl.__version__}, {what}")
+    assert "TRL's own loss would train instead of the registry loss 'gmpo'" in message
+    assert "trl>=1.16.0,<1.17" in message
+    assert all(torch.equal(p.detach(), before[name]) for name, p in trainer.model.named_parameters())
+    print(message)
+
+
+@pytest.mark.parametrize("config", [{}, {"gradient_accumulation_steps": 2}])
+def test_the_installed_trl_back_propagates_the_registry_loss(config, model_dir, tmp_path, tokenizer, prompts):
+    trainer = _trainer(model_dir, tmp_path, tokenizer, prompts, epsilon=0.4, **config)
+    trainer.train()
+    assert trainer._loss_proven and trainer.state.global_step == 2
