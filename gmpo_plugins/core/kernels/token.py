@@ -2,7 +2,7 @@
 
 Per valid token t of row i (``losses/ppo_clip.py``, whose eager version stays the oracle):
 
-    r_t  = clamp(log_probs_t - old_log_probs_t, -R, R),  rho_t = exp(r_t)
+    r_t  = clamp_or_nan(log_probs_t - old_log_probs_t, -R, R),  rho_t = exp(r_t)
     u_t  = -A_t * rho_t,  c_t = -A_t * clamp(rho_t, 1 - eps_low, 1 + eps_high)
     pg_t = max(u_t, c_t), then min(pg_t, -A_t * dual_clip) where A_t < 0 (if dual_clip)
     S_i  = sum_t m_t * pg_t * w_t                          (w_t: rollout IS weight, or 1)
@@ -20,6 +20,13 @@ the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager los
 saves d (4 bytes per token in float32, the one (B, T) tensor it keeps) and the backward
 pass writes grad_t = g_i * d_t where m_t, exactly +0 elsewhere (even for NaN/inf padding
 or an infinite g_i), in the input dtype.
+
+Non-finite inputs (``prepared``'s rule): the guard is ``prepared.clamp_or_nan``, so a valid
+token whose log ratio is NaN or +-inf has a NaN term, as one with a NaN or infinite
+advantage or IS weight has a non-finite one, and S_i is then non-finite (a plain sum: no
+NaN is dropped). Such a token counts as clipped on neither side. Padding is replaced by 0
+before anything is summed (``masked_fill``, not a product with the mask, which would turn
+inf padding into NaN).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.rowsum_torch import _SAME_WIDTH_INT, rows_per_block
 from gmpo_plugins.core.kernels.stats import compute_dtype
+from gmpo_plugins.core.prepared import clamp_or_nan
 from gmpo_plugins.core.reduce import as_bool_mask
 from gmpo_plugins.core.tail import RowStats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
@@ -84,15 +92,15 @@ def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_block(k: _Block, clip: _Clip) -> None:
-    """Statistics ``k.out`` (8, rows) and derivative ``k.deriv`` (rows, T) of one block, in
+    """Statistics ``k.out`` (9, rows) and derivative ``k.deriv`` (rows, T) of one block, in
     about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
     reused from block to block), comparisons writing float 0/1 (torch's CPU kernels with
     boolean operands are several times slower than the float ones):
 
         m     = mask as 0/1
-        r     = nan_to_num(m * (log_probs - old))     0 on padding, even NaN/inf padding
-        gate  = [clamp(r, -R, R) == r],  rho = exp(clamp(r, -R, R))
-        out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)]
+        r     = log_probs - old, 0 where not m         even NaN/inf padding
+        gate  = [clamp_or_nan(r, -R, R) == r],  rho = exp(clamp_or_nan(r, -R, R))
+        out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)] * [rho == rho]   (NaN: neither side)
         u, c  = -A rho, -A clamp(rho, 1 - eps_low, 1 + eps_high),  pg = max(u, c)
         d     = u + u * (sign(u - c) - out) / 2                      (then * gate, cap, w)
 
@@ -106,25 +114,26 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     has rho = 1, inside the band) times [A < 0], [A > 0]; for row-constant advantages the
     block writes the row sums of [rho < 1 - eps_low] and of out, and the caller keeps the
     first where A < 0 and their difference where A > 0 (exact: integer sums). Min/max of r
-    over valid tokens
-    use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set by the caller).
+    over valid tokens use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set
+    by the caller). The count of valid tokens whose r is not finite is the count of NaN in
+    clamp_or_nan(r) (padding holds 0 there).
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
     valid, r, ratio, gate, banded, outside, pg = k.work
-    if k.mask.dtype == torch.bool:
-        valid.copy_(k.mask.view(torch.uint8))
-    else:
-        torch.ne(k.mask, 0, out=valid)
+    m = as_bool_mask(k.mask)
+    padding = ~m
+    valid.copy_(m.view(torch.uint8))
     if k.log_probs.dtype == r.dtype and k.old.dtype == r.dtype:
         torch.sub(k.log_probs, k.old, out=r)
     else:
         r.copy_(k.log_probs).sub_(k.old)
-    r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    torch.clamp(r, -clip.bound, clip.bound, out=ratio)
+    r.masked_fill_(padding, 0.0)
+    clamp_or_nan(r, -clip.bound, clip.bound, out=ratio)
     torch.eq(ratio, r, out=gate)
+    torch.sum(torch.ne(ratio, ratio, out=pg), dim=-1, out=o[8])
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
-    torch.ne(banded, ratio, out=outside)
+    torch.ne(banded, ratio, out=outside).mul_(torch.eq(ratio, ratio, out=pg))
     if a.shape[-1] == 1 and clip.padding_in_band:  # below and outside; the caller keeps one per row
         torch.sum(torch.lt(ratio, clip.low, out=pg), dim=-1, out=o[3])
         torch.sum(outside, dim=-1, out=o[4])
@@ -148,7 +157,7 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         if k.deriv is not None:
             k.deriv.mul_(k.w)
         pg.mul_(k.w)
-    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # NaN counts as 0 (padding times inf, NaN A or w)
+    torch.sum(pg.masked_fill_(padding, 0.0), dim=-1, out=o[0])  # padding: 0 whatever A or w hold there
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
     invalid = torch.sub(torch.ones((), dtype=valid.dtype, device=valid.device), valid, out=valid)
@@ -157,8 +166,9 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (8, B): S, sum of
-    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped (per row)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (9, B): S, sum of
+    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, non-finite r (per
+    row)."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
@@ -174,7 +184,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         device = log_probs.device
-        out = torch.empty((8, batch), dtype=dtype, device=device)
+        out = torch.empty((9, batch), dtype=dtype, device=device)
         if clip.dual is None:
             out[7].zero_()
         deriv = torch.empty((batch, length), dtype=dtype, device=device) if derivative else None
@@ -258,6 +268,7 @@ def fused_clipped_ratio_loss(
         raw_max=stats[6],
         clipped_low=stats[3],
         clipped_high=stats[4],
+        nonfinite=stats[8],
     )
     extra = {}
     if dual_clip is not None:
