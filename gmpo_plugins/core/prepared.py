@@ -150,15 +150,19 @@ def per_token_is_gradient(
     row's weights are all 0); ``values`` itself otherwise.
 
     Straight-through: ``sg(v) + (v - sg(v)) * scale`` has the value of v (the added term is
-    exactly 0) and the gradient ``scale`` itself (no ``scale - 1`` cancellation for small
-    weights); positions outside ``mask`` keep v.
+    exactly 0: the scale is finite, 0 on a row whose mean weight is NaN or inf) and the
+    gradient ``scale`` itself (no ``scale - 1`` cancellation for small weights); positions
+    outside ``mask`` keep v.
     """
     if aggregation != "per_token" or weights is None or weights.dim() != 2:
         return values
     weights = weights.detach().to(values.dtype)
     mean = masked_mean(weights, mask, dim=-1)[:, None]
-    # 0 at padding, whatever the weight there: the gradient below multiplies by the scale
-    scale = torch.where(mask & (mean > 0), weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
+    # 0 at padding, whatever the weight there: the gradient below multiplies by the scale; 0 on a row
+    # whose mean is not finite (a NaN or inf weight: inf / inf would make the value NaN, and the loss is
+    # non-finite through the row's IS weight rho_i anyway, ``sequence_is_weights``)
+    usable = mask & (mean > 0) & (mean < torch.inf)
+    scale = torch.where(usable, weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
     detached = values.detach()
     scaled = detached + (values - detached) * scale
     return torch.where(mask, scaled, values)
