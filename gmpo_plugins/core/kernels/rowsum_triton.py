@@ -7,7 +7,7 @@ forward  one program per row: loops over T in blocks, loads log_probs, old_log_p
          r_t that is NaN or +-inf gives NaN, so the row's clipped sum is NaN as on every other
          path; the min and max of a row with a NaN r_t are NaN, as torch's amin/amax give
          (set from a NaN count: the hardware's fmin/fmax would drop a NaN). Positions outside
-         the mask are never read into a sum (``tl.where``).
+         the mask are replaced by 0 before any arithmetic (``tl.where``), as on the torch path.
 backward one elementwise pass: grad_t = active_t ? g_i : 0, stored in the input dtype.
 
 Exactly two launches touch (B, T) data per forward+backward. Each launch is a custom
@@ -73,7 +73,7 @@ def _row_stats_forward(  # type: ignore[no-untyped-def]  # Triton reads annotati
         lp = tl.load(lp_ptr + row64 * lp_stride + cols, mask=inside, other=0.0).to(tl.float32)
         old = tl.load(old_ptr + row64 * old_stride + cols, mask=inside, other=0.0).to(tl.float32)
         valid = (tl.load(mask_ptr + row64 * mask_stride + cols, mask=inside, other=0) != 0) & inside
-        r = lp - old
+        r = tl.where(valid, lp, 0.0) - tl.where(valid, old, 0.0)  # padding is 0 before any arithmetic
         clipped = _clamp_or_nan(r, lo, hi)
         below = valid & (clipped > r)  # False wherever clipped is NaN (r not finite)
         above = valid & (clipped < r)
