@@ -204,9 +204,7 @@ def _check(
     if values and targets.numel() > 0:
         valid = as_bool_mask(mask)
         if not bool(torch.isfinite(hidden[valid]).all()):
-            raise ValueError(
-                "hidden_states: expected finite values at valid (mask=True) positions, found NaN or inf"
-            )
+            raise ValueError("hidden_states: expected finite values at valid (mask=True) positions, found NaN or inf")
         ids = targets[valid]
         if ids.numel() and bool((ids.min() < 0) | (ids.max() >= weight.shape[0])):
             raise ValueError(

@@ -26,4 +26,3 @@ def row_masked_mean(values: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype
         block = values[rows].detach().to(dtype)
         out[rows] = masked_mean(block.log() if log else block, as_bool_mask(mask[rows]), dim=-1)
     return out
-

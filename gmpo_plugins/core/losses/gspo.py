@@ -27,7 +27,13 @@ from typing import Any
 import torch
 
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_gspo_loss
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, per_token_is_gradient, prepare, sequence_is_weights
+from gmpo_plugins.core.prepared import (
+    LOG_RATIO_GUARD,
+    clamp_or_nan,
+    per_token_is_gradient,
+    prepare,
+    sequence_is_weights,
+)
 from gmpo_plugins.core.reduce import SEQUENCE
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
