@@ -41,17 +41,24 @@ def clamp_or_nan(
 
     ``values`` any shape, ``low``/``high`` floats or tensors broadcasting to it (per-row
     bounds (B, 1)). A plain ``clamp`` would map +-inf to a bound (a zero-probability token
-    would train as a ratio of e^-R); this one propagates it. Differentiable like ``clamp``
-    (gradient 1 strictly inside the bounds and on them, 0 beyond them and at non-finite
-    values); no branch on tensor values, so no host-device synchronisation. ``out``: write
-    the result there (a buffer of ``values``' shape and dtype, not ``values`` itself) instead
-    of allocating, for the fused paths' blocked loops (no autograd through ``out``).
+    would train as a ratio of e^-R); this one propagates it. Written with float arithmetic
+    only (a CPU kernel with a boolean operand costs up to twenty float ones):
+
+        clamp_or_nan(x) = clamp(x + (x - x), low, high)    x - x is 0 for finite x, else NaN
+
+    Differentiable like ``clamp`` (x - x is detached: gradient 1 inside the bounds and on
+    them, 0 beyond them and at non-finite values); no branch on tensor values, so no
+    host-device synchronisation. ``out``: write the result there (a buffer of ``values``'
+    shape and dtype, not ``values`` itself) instead of allocating, for the fused paths'
+    blocked loops (no autograd through ``out``).
     """
-    finite = torch.isfinite(values)
     if out is None:
-        return torch.where(finite, values.clamp(low, high), torch.nan)  # type: ignore[arg-type]  # as below
-    torch.clamp(values, low, high, out=out)  # type: ignore[arg-type]  # stubs: one bound kind; both run
-    return out.masked_fill_(~finite, torch.nan)
+        poisoned = values + (values - values).detach()  # values where finite, NaN where NaN or +-inf
+        return poisoned.clamp(low, high)  # type: ignore[arg-type]  # its stubs take one kind of bound; both run
+    torch.sub(values, values, out=out).add_(values)
+    if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):  # faster than clamp's tensor bounds
+        return torch.minimum(torch.maximum(out, low, out=out), high, out=out)
+    return out.clamp_(low, high)  # type: ignore[arg-type]  # as above
 
 
 LOG_RATIO_GUARD = 20.0

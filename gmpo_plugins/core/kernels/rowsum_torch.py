@@ -14,9 +14,10 @@ computed in the compute dtype (float32 for half inputs) and per-row bounds lo_i 
     active_t      = m_t & lo_i <= r_t <= hi_i                 (bool, saved for backward)
 
 ``clamp_or_nan`` is the guard of every path (``prepared``): a valid token whose r_t is NaN
-or +-inf makes sum_clipped_i NaN (and so the loss), counts in nonfinite_i, in neither
-below_i nor above_i, and is not active; sum_raw_i, raw_min_i and raw_max_i carry it as it
-is. Padding (m_t = 0) is replaced by 0 before anything is computed from it.
+or +-inf makes sum_clipped_i NaN (and so the loss), counts in nonfinite_i and in neither
+below_i nor above_i; sum_raw_i, raw_min_i and raw_max_i carry it as it is (NaN, or the
+infinity). A valid +-inf token is not active; a valid NaN one is (its row's coefficient
+is NaN anyway). Padding (m_t = 0) contributes 0 whatever it holds.
 
 Backward, given g_i = dLoss/dsum_clipped_i (B,):
 
@@ -67,32 +68,38 @@ def _forward_block(
     hi: torch.Tensor,
     active: torch.Tensor,
     out: torch.Tensor,
+    nan: torch.Tensor,
     work: torch.Tensor,
 ) -> None:
-    """Fill ``active`` (rows, T) and the 8 statistics ``out`` (8, rows) of one block, with
-    ``work`` (4, rows, T) as scratch space (reused across blocks: no allocation, no
-    first-touch page faults per block).
+    """Fill ``active`` (rows, T), the 8 statistics ``out`` (8, rows) and ``nan`` (rows,), the
+    valid tokens whose r is NaN, of one block, with ``work`` (4, rows, T) as scratch space
+    (reused across blocks: no allocation, no first-touch page faults per block).
 
-    Float arithmetic on (rows, T) where it can be (comparisons write float 0/1), because
-    torch's CPU kernels with boolean operands are several times slower than the float ones:
+    Only float arithmetic on (rows, T) (comparisons write float 0/1), because torch's CPU
+    kernels with boolean operands are several times slower than the float ones:
 
         m    = mask as 0/1 float
-        r    = log_probs - old_log_probs, 0 where not m      even NaN/inf padding
-        c    = clamp_or_nan(r, lo, hi)                       padding stays 0 (lo <= 0 <= hi)
-        below, above = sum [c > r], sum [c < r]              (False wherever c is NaN)
+        nan  = sum [r != r] * m                             counted before the next line
+        r    = nan_to_num(m * (log_probs - old_log_probs))  0 on padding, even NaN/inf padding,
+                                                            and at a valid NaN (``forward``
+                                                            makes its row NaN); a valid
+                                                            +-inf stays
+        c    = clamp_or_nan(r, lo, hi)                      NaN at a valid +-inf; padding
+                                                            stays 0 (lo <= 0 <= hi)
+        below, above = sum [c > r], sum [c < r]             (False wherever c is NaN)
         active = m * [c == r]
-        nonfinite = sum [c != c]                             (c is NaN only where r is not finite)
+        nonfinite = sum [c != c]                            (the +-inf; ``forward`` adds nan)
         raw_min, raw_max = min, max of r +- BIG * (1 - m)   (BIG = finfo.max; +-inf if empty)
     """
     dtype = out.dtype
     valid, r, c, side = work
-    m = as_bool_mask(mask)
-    valid.copy_(m.view(torch.uint8))
+    valid.copy_(as_bool_mask(mask).view(torch.uint8))
     if log_probs.dtype == dtype and old_log_probs.dtype == dtype:
         torch.sub(log_probs, old_log_probs, out=r)
     else:
         r.copy_(log_probs).sub_(old_log_probs.to(dtype))
-    r.masked_fill_(~m, 0.0)
+    torch.sum(torch.ne(r, r, out=side).mul_(valid), dim=-1, out=nan)
+    r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
     clamp_or_nan(r, lo[:, None], hi[:, None], out=c)
     torch.sum(c, dim=-1, out=out[0])
     torch.sum(r, dim=-1, out=out[1])
@@ -110,10 +117,13 @@ def _forward_block(
 def forward(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stats (8, B) in the compute dtype, active (B, T) bool), block of rows by block."""
+    """(stats (8, B) in the compute dtype, active (B, T) bool), block of rows by block; a row
+    with a valid NaN r gets NaN sum_clipped, sum_raw, raw_min and raw_max (as a where over
+    the tokens would give) and counts it in nonfinite."""
     batch, length = log_probs.shape
     dtype = compute_dtype(log_probs.dtype)
     out = torch.empty((8, batch), dtype=dtype, device=log_probs.device)
+    nan = torch.empty(batch, dtype=dtype, device=log_probs.device)
     active = torch.empty((batch, length), dtype=torch.bool, device=log_probs.device)
     lo, hi = lo.to(dtype), hi.to(dtype)
     step = rows_per_block(batch, length, log_probs.device)
@@ -129,11 +139,15 @@ def forward(
             hi[rows],
             active[rows],
             out[:, rows],
+            nan[rows],
             work[:, :n],
         )
     empty = out[2] == 0
     out[5].masked_fill_(empty, math.inf)
     out[6].masked_fill_(empty, -math.inf)
+    out[7].add_(nan)
+    poisoned = out[(0, 1, 5, 6),]  # a copy: (4, B)
+    out[(0, 1, 5, 6),] = poisoned.masked_fill_(nan > 0, math.nan)
     return out, active
 
 

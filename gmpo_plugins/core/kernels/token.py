@@ -23,10 +23,12 @@ or an infinite g_i), in the input dtype.
 
 Non-finite inputs (``prepared``'s rule): the guard is ``prepared.clamp_or_nan``, so a valid
 token whose log ratio is NaN or +-inf has a NaN term, as one with a NaN or infinite
-advantage or IS weight has a non-finite one, and S_i is then non-finite (a plain sum: no
-NaN is dropped). Such a token counts as clipped on neither side. Padding is replaced by 0
-before anything is summed (``masked_fill``, not a product with the mask, which would turn
-inf padding into NaN).
+advantage or IS weight has a non-finite one, and S_i is then non-finite. Such a token counts
+as clipped on neither side. Padding contributes 0 whatever it holds: the pass multiplies by
+the 0/1 mask and drops the NaN that padding's inf or NaN makes, after counting the valid
+NaN, whose rows it makes NaN (float arithmetic only: a CPU kernel with a boolean operand
+costs many float ones). A valid token whose log ratio is NaN gets zero derivative, as on
+the eager path.
 """
 
 from __future__ import annotations
@@ -92,14 +94,17 @@ def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_block(k: _Block, clip: _Clip) -> None:
-    """Statistics ``k.out`` (9, rows) and derivative ``k.deriv`` (rows, T) of one block, in
+    """Statistics ``k.out`` (11, rows) and derivative ``k.deriv`` (rows, T) of one block, in
     about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
     reused from block to block), comparisons writing float 0/1 (torch's CPU kernels with
     boolean operands are several times slower than the float ones):
 
         m     = mask as 0/1
-        r     = log_probs - old, 0 where not m         even NaN/inf padding
-        gate  = [clamp_or_nan(r, -R, R) == r],  rho = exp(clamp_or_nan(r, -R, R))
+        nan_r = [r != r] * m                          r = log_probs - old; counted, then
+        r     = nan_to_num(m * r)                     0 on padding, even NaN/inf padding, and
+                                                      at a valid NaN (the caller makes its
+                                                      row NaN); a valid +-inf stays
+        gate  = [clamp_or_nan(r, -R, R) == r] - nan_r,  rho = exp(clamp_or_nan(r, -R, R))
         out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)] * [rho == rho]   (NaN: neither side)
         u, c  = -A rho, -A clamp(rho, 1 - eps_low, 1 + eps_high),  pg = max(u, c)
         d     = u + u * (sign(u - c) - out) / 2                      (then * gate, cap, w)
@@ -115,21 +120,26 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     block writes the row sums of [rho < 1 - eps_low] and of out, and the caller keeps the
     first where A < 0 and their difference where A > 0 (exact: integer sums). Min/max of r
     over valid tokens use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set
-    by the caller). The count of valid tokens whose r is not finite is the count of NaN in
-    clamp_or_nan(r) (padding holds 0 there).
+    by the caller). Non-finite counts per row: o[8] the valid +-inf r (NaN in
+    clamp_or_nan(r)), o[9] the valid NaN r, o[10] the valid tokens whose term pg is NaN (a
+    NaN advantage, IS weight or ratio); the row sum o[0] drops NaN (padding times inf is
+    NaN too) and the caller makes a row with o[9] + o[10] > 0 NaN.
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
     valid, r, ratio, gate, banded, outside, pg = k.work
-    m = as_bool_mask(k.mask)
-    padding = ~m
-    valid.copy_(m.view(torch.uint8))
+    if k.mask.dtype == torch.bool:
+        valid.copy_(k.mask.view(torch.uint8))
+    else:
+        torch.ne(k.mask, 0, out=valid)
     if k.log_probs.dtype == r.dtype and k.old.dtype == r.dtype:
         torch.sub(k.log_probs, k.old, out=r)
     else:
         r.copy_(k.log_probs).sub_(k.old)
-    r.masked_fill_(padding, 0.0)
+    nan_r = torch.ne(r, r, out=banded).mul_(valid)  # valid tokens whose r is NaN: the next line zeroes it
+    torch.sum(nan_r, dim=-1, out=o[9])
+    r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
     clamp_or_nan(r, -clip.bound, clip.bound, out=ratio)
-    torch.eq(ratio, r, out=gate)
+    torch.eq(ratio, r, out=gate).sub_(nan_r)
     torch.sum(torch.ne(ratio, ratio, out=pg), dim=-1, out=o[8])
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
@@ -157,7 +167,8 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         if k.deriv is not None:
             k.deriv.mul_(k.w)
         pg.mul_(k.w)
-    torch.sum(pg.masked_fill_(padding, 0.0), dim=-1, out=o[0])  # padding: 0 whatever A or w hold there
+    torch.sum(torch.ne(pg, pg, out=banded).mul_(valid), dim=-1, out=o[10])  # valid NaN terms: NaN A, w or ratio
+    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # drops padding's NaN (inf or NaN A, w); the caller restores o[10]
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
     invalid = torch.sub(torch.ones((), dtype=valid.dtype, device=valid.device), valid, out=valid)
@@ -166,9 +177,9 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (9, B): S, sum of
-    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, non-finite r (per
-    row)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (11, B): S, sum of
+    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, non-finite r, then
+    the pass's NaN counts (``_forward_block``) (per row)."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
@@ -184,7 +195,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         device = log_probs.device
-        out = torch.empty((9, batch), dtype=dtype, device=device)
+        out = torch.empty((11, batch), dtype=dtype, device=device)
         if clip.dual is None:
             out[7].zero_()
         deriv = torch.empty((batch, length), dtype=dtype, device=device) if derivative else None
@@ -200,6 +211,11 @@ class _TokenRowSums(torch.autograd.Function):
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
+        out[8].add_(out[9])  # non-finite r: +-inf and NaN
+        nan_r = out[9] > 0  # a valid NaN r, zeroed in the pass: its row's sum, raw sum, min and max are NaN
+        out[0].masked_fill_(nan_r | (out[10] > 0), math.nan)
+        for row in (1, 5, 6):
+            out[row].masked_fill_(nan_r, math.nan)
         ctx.save_for_backward(deriv, mask)
         ctx.grad_dtype = log_probs.dtype
         ctx.mark_non_differentiable(out)
