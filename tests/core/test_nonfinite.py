@@ -27,6 +27,7 @@ B, T, H, V = 3, 5, 4, 7
 INPUTS = ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights")
 KINDS = (math.nan, math.inf, -math.inf)
 TRITON_RUNS = triton_importable() and (torch.cuda.is_available() or triton_interpreter())
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Dynamo instantiates torch.autograd.Function while tracing one, which torch warns about (test_compile.py)
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*torch.autograd.function.Function'> should not be instantiated:DeprecationWarning"
@@ -94,7 +95,8 @@ def _run(loss: str, path: str, tensors: dict[str, torch.Tensor], validate: bool)
         )
         return out.loss, out.metrics
     names = ("log_probs", "old_log_probs", "advantages", "mask", "ref_log_probs", "rollout_is_weights")
-    args = [tensors[name] for name in names]
+    device = TRITON_DEVICE if path == "triton" else "cpu"
+    args = [tensors[name].to(device) for name in names]
     args[0] = args[0].requires_grad_()
 
     def step(*args: torch.Tensor) -> tuple[torch.Tensor, dict]:
