@@ -163,6 +163,7 @@ def kernels(session: nox.Session) -> None:
         "tests/core/test_robustness.py",
         "tests/core/test_triton_verify.py",
         "tests/core/test_zero_advantage.py",
+        "tests/core/test_nonfinite.py",
         "-k",
         "triton",
         *WARNINGS_REPORTED,

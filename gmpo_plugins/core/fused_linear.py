@@ -203,6 +203,8 @@ def _check(
         )
     if values and targets.numel() > 0:
         valid = as_bool_mask(mask)
+        if not bool(torch.isfinite(hidden[valid]).all()):
+            raise ValueError("hidden_states: expected finite values at valid (mask=True) positions, found NaN or inf")
         ids = targets[valid]
         if ids.numel() and bool((ids.min() < 0) | (ids.max() >= weight.shape[0])):
             raise ValueError(
@@ -252,8 +254,9 @@ def fused_linear_loss(
         rollout_is_weights: (B, T) or (B,), as ``LossInputs``.
         temperature: the logits are divided by it before the softmax.
         chunk_size: positions per chunk of logits (None: ``default_chunk_size(V)``).
-        validate: also check values (target ids in range, and the loss's own value checks),
-            which synchronises with the device.
+        validate: also check values (target ids in range, hidden states finite at valid
+            positions, and the loss's own value checks), which synchronises with the device.
+            Without it a non-finite hidden state at a valid position gives a non-finite loss.
         **hparams: the loss's hyper-parameters.
 
     Returns:

@@ -17,13 +17,17 @@ the per-token estimate to [-kl_clamp, kl_clamp]; a clamped token gets zero gradi
 the KL term. verl clamps its low-variance KL to +-10 (``kl_penalty_forward``, k3 only):
 ``kl_estimator="k3", kl_clamp=10`` reproduces verl's ``use_kl_loss`` with
 ``kl_loss_type=low_var_kl``.
+
+Both clamps are the guard ``prepared.clamp_or_nan``: they clamp finite values only, and a
+NaN or +-inf estimate (a non-finite log-prob or reference log-prob at a valid token) stays
+non-finite, so it cannot become a finite KL term.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -34,7 +38,7 @@ def kl_per_token(
     """Per-token KL estimate (B, T), differentiable w.r.t. ``log_probs``, clamped to
     [-clamp, clamp] when ``clamp`` is given."""
     kl = _estimate(log_probs, ref_log_probs, estimator)
-    return kl if clamp is None else kl.clamp(-clamp, clamp)
+    return kl if clamp is None else clamp_or_nan(kl, -clamp, clamp)
 
 
 def _estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -44,7 +48,7 @@ def _estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: s
     if estimator == "k2":
         return 0.5 * d.square()
     if estimator == "k3":
-        d = d.clamp(-LOG_RATIO_GUARD, LOG_RATIO_GUARD)
+        d = clamp_or_nan(d, -LOG_RATIO_GUARD, LOG_RATIO_GUARD)
         return torch.expm1(d) - d
     raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
 

@@ -2,17 +2,64 @@
 
 Half-precision inputs are computed in float32; float64 stays float64 (used by the
 tests' autograd references). Nothing here branches on tensor values.
+
+Non-finite inputs, one rule on every path: a NaN or +-inf at a valid (mask true) position
+of any input (log_probs, old_log_probs, advantages, ref_log_probs, rollout_is_weights)
+gives a non-finite loss. There is no exception: a -inf log-prob (a sampled token with
+probability 0 under the policy, or under the behaviour or reference policy) is a bug
+upstream, not data, and is not turned into a finite number. The overflow guards that keep
+the loss finite for finite inputs (``LOG_RATIO_GUARD``, ``product_guard``, the KL clamp)
+clamp only finite values and turn NaN and +-inf into NaN (``clamp_or_nan``); every path,
+eager, fused torch, Triton and compiled, applies that one rule. Padding stays inert:
+whatever a masked position holds reaches neither the loss nor the gradient.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from gmpo_plugins.core.reduce import as_bool_mask, masked_mean
 from gmpo_plugins.core.types import LossInputs
+
+
+def clamp_or_nan(
+    values: torch.Tensor,
+    low: float | torch.Tensor,
+    high: float | torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The overflow guard of every path: ``values`` clamped to [low, high] where finite, NaN
+    where NaN or +-inf (module docstring: a non-finite input never becomes a finite loss).
+
+        clamp_or_nan(x) = clamp(x, low, high)   x finite
+                          NaN                   x NaN, +inf or -inf
+
+    ``values`` any shape, ``low``/``high`` floats or tensors broadcasting to it (per-row
+    bounds (B, 1)). A plain ``clamp`` would map +-inf to a bound (a zero-probability token
+    would train as a ratio of e^-R); this one propagates it. Written with float arithmetic
+    only (a CPU kernel with a boolean operand costs up to twenty float ones):
+
+        clamp_or_nan(x) = clamp(x + (x - x), low, high)    x - x is 0 for finite x, else NaN
+
+    Differentiable like ``clamp`` (x - x is detached: gradient 1 inside the bounds and on
+    them, 0 beyond them and at non-finite values); no branch on tensor values, so no
+    host-device synchronisation. ``out``: write the result there (a buffer of ``values``'
+    shape and dtype, not ``values`` itself) instead of allocating, for the fused paths'
+    blocked loops (no autograd through ``out``).
+    """
+    if out is None:
+        poisoned = values + (values - values).detach()  # values where finite, NaN where NaN or +-inf
+        return poisoned.clamp(low, high)  # type: ignore[arg-type]  # its stubs take one kind of bound; both run
+    torch.sub(values, values, out=out).add_(values)
+    if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):  # faster than clamp's tensor bounds
+        return torch.minimum(torch.maximum(out, low, out=out), high, out=out)
+    return out.clamp_(low, high)  # type: ignore[arg-type]  # as above
+
 
 LOG_RATIO_GUARD = 20.0
 """Default bound on |log ratio| before any exp: e^20 stays finite in fp32 and bf16."""
@@ -111,15 +158,19 @@ def per_token_is_gradient(
     row's weights are all 0); ``values`` itself otherwise.
 
     Straight-through: ``sg(v) + (v - sg(v)) * scale`` has the value of v (the added term is
-    exactly 0) and the gradient ``scale`` itself (no ``scale - 1`` cancellation for small
-    weights); positions outside ``mask`` keep v.
+    exactly 0: the scale is finite, 0 on a row whose mean weight is NaN or inf) and the
+    gradient ``scale`` itself (no ``scale - 1`` cancellation for small weights); positions
+    outside ``mask`` keep v.
     """
     if aggregation != "per_token" or weights is None or weights.dim() != 2:
         return values
     weights = weights.detach().to(values.dtype)
     mean = masked_mean(weights, mask, dim=-1)[:, None]
-    # 0 at padding, whatever the weight there: the gradient below multiplies by the scale
-    scale = torch.where(mask & (mean > 0), weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
+    # 0 at padding, whatever the weight there: the gradient below multiplies by the scale; 0 on a row
+    # whose mean is not finite (a NaN or inf weight: inf / inf would make the value NaN, and the loss is
+    # non-finite through the row's IS weight rho_i anyway, ``sequence_is_weights``)
+    usable = mask & (mean > 0) & (mean < torch.inf)
+    scale = torch.where(usable, weights / mean.clamp_min(torch.finfo(values.dtype).tiny), 0.0)
     detached = values.detach()
     scaled = detached + (values - detached) * scale
     return torch.where(mask, scaled, values)
@@ -131,3 +182,48 @@ def token_is_weights(batch: PreparedBatch) -> torch.Tensor | None:
     if weights is None or weights.dim() == 2:
         return weights
     return weights[:, None].expand_as(batch.log_ratio)
+
+
+RowMean = Callable[..., torch.Tensor]
+"""``row_mean(values, mask, dtype, *, log=False) -> (B,)``: a masked row mean (``row_mean``;
+the fused paths pass a blocked one with the same formula, ``kernels.rowmean``)."""
+
+
+def row_mean(values: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype, *, log: bool = False) -> torch.Tensor:
+    """values (B, T) float, mask (B, T) bool or 0/1 -> (B,) in ``dtype``:
+
+        mean_i = sum_t m_t * v_t / max(1, sum_t m_t)     (v = log(values) with ``log=True``)
+
+    detached; 0 on a row without a valid token. A NaN or +-inf at a valid position gives a
+    non-finite mean; padding is inert (``reduce.masked_mean``)."""
+    block = values.detach().to(dtype)
+    return masked_mean(block.log() if log else block, as_bool_mask(mask), dim=-1)
+
+
+def sequence_is_weights(
+    weights: torch.Tensor | None,
+    mask: torch.Tensor,
+    aggregation: str,
+    dtype: torch.dtype,
+    *,
+    mean: RowMean = row_mean,
+) -> torch.Tensor | None:
+    """rho (B,): the rollout IS weight of each sequence, for the value of a sequence-level loss.
+
+    (B,) weights are used as given; (B, T) ones are aggregated over the valid tokens by
+    ``aggregation`` (``IS_AGGREGATIONS``): the geometric mean exp(mean_t log w_t) for
+    ``geometric_mean`` (a zero weight makes it 0), the arithmetic mean otherwise
+    (``per_token`` scales each token's gradient separately, ``per_token_is_gradient``).
+    An empty row gets 1 (geometric) or 0 (arithmetic), and 0 from (B,) weights whatever they
+    hold there (its loss weight is 0, and 0 * NaN would be NaN). A NaN or +inf weight at a
+    valid position (or a negative one, whose log is NaN) gives a non-finite rho_i. ``mean``:
+    the masked row mean (``row_mean``; the fused paths pass a blocked one).
+    """
+    if weights is None:
+        return None
+    if weights.dim() == 1:
+        zero = torch.zeros((), dtype=dtype, device=weights.device)
+        return torch.where(as_bool_mask(mask).any(-1), weights.detach().to(dtype), zero)
+    if aggregation == "geometric_mean":
+        return torch.exp(mean(weights, mask, dtype, log=True))
+    return mean(weights, mask, dtype)

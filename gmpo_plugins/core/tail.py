@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 
 from gmpo_plugins.core.kl import reference_kl
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQUENCE, as_bool_mask, masked_sum, row_weights
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
@@ -42,6 +42,7 @@ RATIO_METRIC_KEYS = (
     "seq_weight_min",
     "seq_weight_mean",
     "seq_weight_max",
+    "nonfinite_tokens",
 )
 """The entries of ``metric_vector``, in order. Every built-in loss reports them with one
 meaning; all are detached 0-dim tensors over the valid tokens of the micro-batch, and none
@@ -57,6 +58,13 @@ forces a host-device synchronisation:
                               exp(mean_t r_t), over sequences with valid tokens
                               (the quantity of the GMPO paper's Figure 1; the same
                               definition for every loss so runs can be compared)
+    nonfinite_tokens valid tokens whose log ratio log_probs - old_log_probs is NaN or
+                     +-inf (a non-finite log-prob or old log-prob, -inf included); the loss
+                     is then non-finite (``prepared``'s rule)
+
+Non-finite values are reported as they are (a NaN log ratio makes ``ppo_kl``,
+``log_ratio_min/max`` and ``seq_weight_*`` NaN; a token whose ratio is NaN counts as
+clipped on neither side). The extrema of a micro-batch without a valid token are 0.
 """
 METRIC_KEYS = (*RATIO_METRIC_KEYS, "policy_loss")
 
@@ -71,6 +79,7 @@ class RowStats(NamedTuple):
     raw_max       max of r_t over valid tokens (-inf for an empty row)
     clipped_low   valid tokens whose clipped value was chosen on the low side
     clipped_high  the same on the high side
+    nonfinite     valid tokens whose r_t is NaN or +-inf
     """
 
     count: torch.Tensor  # type: ignore[assignment]  # a public field: hides tuple.count on purpose
@@ -80,6 +89,7 @@ class RowStats(NamedTuple):
     raw_max: torch.Tensor
     clipped_low: torch.Tensor
     clipped_high: torch.Tensor
+    nonfinite: torch.Tensor
 
 
 ROW_STATS = len(RowStats._fields)
@@ -88,8 +98,9 @@ ROW_STATS = len(RowStats._fields)
 def eager_row_stats(
     log_ratio: torch.Tensor, mask: torch.Tensor, clipped_low: torch.Tensor, clipped_high: torch.Tensor
 ) -> RowStats:
-    """``RowStats`` from (B, T) tensors: the log ratio (0 on padding), the bool mask, and the
-    bool tokens whose clipped value was chosen (only valid ones are counted)."""
+    """``RowStats`` from (B, T) tensors: the log ratio (0 on padding, raw: not guarded, so
+    that a non-finite r_t is counted and reported as it is), the bool mask, and the bool
+    tokens whose clipped value was chosen (only valid ones are counted)."""
     with torch.no_grad():
         r = log_ratio.detach()
         inf = torch.full((), torch.inf, dtype=r.dtype, device=r.device)
@@ -102,36 +113,41 @@ def eager_row_stats(
             raw_max=torch.where(mask, r, -inf).amax(-1),
             clipped_low=(clipped_low & mask).sum(-1).to(r.dtype),
             clipped_high=(clipped_high & mask).sum(-1).to(r.dtype),
+            nonfinite=(~torch.isfinite(r) & mask).sum(-1).to(r.dtype),
         )
 
 
 def metric_vector(stats: RowStats) -> torch.Tensor:
-    """The shared metrics (``RATIO_METRIC_KEYS``) of one micro-batch as one (9,) tensor.
+    """The shared metrics (``RATIO_METRIC_KEYS``) of one micro-batch as one (10,) tensor.
 
     With n = sum_i |o_i| (at least 1): clip fractions sum_i clipped_i / n, ppo_kl
-    -sum_i sum_raw_i / n, the range of r over valid tokens, and min / mean / max of the
-    per-sequence geometric-mean ratio exp(clamp(sum_raw_i / |o_i|, -20, 20)) over non-empty
-    rows; an extremum over nothing is 0. B >= 1 (an empty batch is ``empty_loss``'s).
+    -sum_i sum_raw_i / n, the range of r over valid tokens, min / mean / max of the
+    per-sequence geometric-mean ratio exp(clamp_or_nan(sum_raw_i / |o_i|, -20, 20)) over
+    non-empty rows, and sum_i nonfinite_i. Non-finite values stay as they are; the extrema of
+    a micro-batch without a valid token are 0, chosen by ``torch.where`` on n (no sync).
+    B >= 1 (an empty batch is ``empty_loss``'s).
     """
     with torch.no_grad():
-        sums = torch.stack((stats.count, stats.rows, stats.sum_raw, stats.clipped_low, stats.clipped_high)).sum(-1)
-        kl, low, high = sums[2:] / sums[0].clamp_min(1)
-        seq_weight = (stats.sum_raw / stats.count.clamp_min(1)).clamp_(-LOG_RATIO_GUARD, LOG_RATIO_GUARD).exp_()
+        sums = torch.stack(
+            (stats.count, stats.rows, stats.sum_raw, stats.clipped_low, stats.clipped_high, stats.nonfinite)
+        ).sum(-1)
+        kl, low, high = sums[2:5] / sums[0].clamp_min(1)
+        mean_ratio = stats.sum_raw / stats.count.clamp_min(1)
+        seq_weight = clamp_or_nan(mean_ratio, -LOG_RATIO_GUARD, LOG_RATIO_GUARD).exp_()
         rows = stats.rows > 0
-        vector = torch.stack(
+        extrema = torch.stack(
             (
-                low,
-                high,
-                low + high,
-                -kl,
                 stats.raw_min.amin(),
                 stats.raw_max.amax(),
                 torch.where(rows, seq_weight, torch.inf).amin(),
-                torch.dot(seq_weight, stats.rows) / sums[1].clamp_min(1),
                 torch.where(rows, seq_weight, -torch.inf).amax(),
             )
         )
-        return vector.nan_to_num_(posinf=0.0, neginf=0.0)  # the extrema of a batch without a valid token
+        extrema = torch.where(sums[0] > 0, extrema, 0.0)  # +-inf over nothing: a batch without a valid token
+        seq_weight_mean = torch.dot(seq_weight, stats.rows) / sums[1].clamp_min(1)  # empty rows: 0 * e^0
+        return torch.stack(
+            (low, high, low + high, -kl, extrema[0], extrema[1], extrema[2], seq_weight_mean, extrema[3], sums[5])
+        )
 
 
 def kl_rows(

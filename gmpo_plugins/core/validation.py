@@ -3,7 +3,8 @@
 Two levels. Structure (types, dtypes, shapes, devices) costs nothing and always runs.
 Values (finite at valid positions, 0/1 mask, IS weights >= 0, one advantage per sequence)
 read tensor contents and therefore synchronise with the device: they run when a loss is
-called with ``validate=True``.
+called with ``validate=True``. Finite means finite: a -inf log-prob at a valid position is
+refused like NaN (without value checks it gives a non-finite loss: ``core.prepared``).
 
 Framework adapters decide per call whether to ask for value checks
 (``adapters._common.value_checks_enabled``, ``GMPO_PLUGINS_VALIDATE``).

@@ -13,7 +13,7 @@ from gmpo_plugins import BatchInfo, LossSpec, get_loss
 from gmpo_plugins.bench.ops import count_ops
 from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels.sequence_rows import PassOptions, fused_sequence_rows
-from gmpo_plugins.core.prepared import prepare
+from gmpo_plugins.core.prepared import clamp_or_nan, prepare
 from gmpo_plugins.core.reduce import SEQUENCE, row_weights
 from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, RowStats, eager_row_stats, metric_vector
 
@@ -68,9 +68,10 @@ def test_metric_vector_hand_values():
         raw_max=[0.1, -math.inf, 0.2],
         clipped_low=[1, 0, 0],
         clipped_high=[0, 0, 1],
+        nonfinite=[0, 0, 0],
     )
     w0, w2 = math.exp(-0.1), math.exp(0.2)
-    expected = [0.2, 0.2, 0.4, 0.04, -0.3, 0.2, w0, (w0 + w2) / 2, w2]
+    expected = [0.2, 0.2, 0.4, 0.04, -0.3, 0.2, w0, (w0 + w2) / 2, w2, 0.0]
     got = metric_vector(stats)
     assert got.shape == (len(RATIO_METRIC_KEYS),)
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), rtol=1e-14, atol=1e-15)
@@ -85,8 +86,29 @@ def test_metric_vector_without_valid_tokens_is_zero():
         raw_max=[-math.inf, -math.inf],
         clipped_low=[0, 0],
         clipped_high=[0, 0],
+        nonfinite=[0, 0],
     )
     assert metric_vector(stats).tolist() == [0.0] * len(RATIO_METRIC_KEYS)
+
+
+def test_metric_vector_reports_non_finite_values_as_they_are():
+    # row 0: 2 tokens, r = [-inf, 0.1] (sum -inf, one non-finite token); row 1: empty; row 2: 1 token r = 0.3
+    stats = _stats(
+        count=[2, 0, 1],
+        rows=[1, 0, 1],
+        sum_raw=[-math.inf, 0, 0.3],
+        raw_min=[-math.inf, math.inf, 0.3],
+        raw_max=[0.1, -math.inf, 0.3],
+        clipped_low=[0, 0, 0],
+        clipped_high=[0, 0, 0],
+        nonfinite=[1, 0, 0],
+    )
+    got = dict(zip(RATIO_METRIC_KEYS, metric_vector(stats).tolist(), strict=True))
+    # ppo_kl = -(-inf + 0.3) / 3 = +inf; row 0's weight exp(clamp_or_nan(-inf / 2)) = NaN, and so the
+    # weights' min, mean and max (not the guard's e^-20, not 0)
+    assert got["ppo_kl"] == math.inf and got["log_ratio_min"] == -math.inf and got["log_ratio_max"] == 0.3
+    assert all(math.isnan(got[key]) for key in ("seq_weight_min", "seq_weight_mean", "seq_weight_max"))
+    assert got["nonfinite_tokens"] == 1.0 and got["clip_frac"] == 0.0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -96,7 +118,7 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
     eps, bound = 0.4, 20.0
     p = prepare(inputs, sequence_level=True)
     positive, negative = (p.advantages > 0)[:, None] & p.mask, (p.advantages < 0)[:, None] & p.mask
-    _, low, high = one_sided_clip(p.log_ratio.clamp(-bound, bound), positive, negative, eps, eps)
+    _, low, high = one_sided_clip(clamp_or_nan(p.log_ratio, -bound, bound), positive, negative, eps, eps)
     eager = eager_row_stats(p.log_ratio, p.mask, low, high)
     _, fused, metrics, _ = fused_sequence_rows(
         inputs.log_probs,

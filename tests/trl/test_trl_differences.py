@@ -110,8 +110,9 @@ def test_reference_requires_ref_log_probs_with_beta():
 
 
 def test_logged_metric_names_differ_as_documented(model_dir, tmp_path, tokenizer, prompts):
-    """Ours adds policy_loss (TRL's GMPOTrainer logs none, trl #7005) and the importance-ratio
-    spread; TRL's per-sequence clip_ratio/low_min and high_max are not logged by us."""
+    """Ours adds policy_loss (TRL's GMPOTrainer logs none, trl #7005), the importance-ratio
+    spread and the count of non-finite log ratios; TRL's per-sequence clip_ratio/low_min and
+    high_max are not logged by us."""
     from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
 
     from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
@@ -132,6 +133,7 @@ def test_logged_metric_names_differ_as_documented(model_dir, tmp_path, tokenizer
         "seq_weight_min",
         "seq_weight_mean",
         "seq_weight_max",
+        "nonfinite_tokens",
     }
 
 

@@ -24,7 +24,7 @@ from gmpo_plugins.core.types import Impl
 
 
 class _ClippedRowSums(torch.autograd.Function):
-    """(backend, log_probs, old_log_probs, mask, lo, hi) -> the 7 fields of RowSums."""
+    """(backend, log_probs, old_log_probs, mask, lo, hi) -> the 8 fields of RowSums."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)

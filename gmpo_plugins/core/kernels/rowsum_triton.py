@@ -2,7 +2,12 @@
 
 forward  one program per row: loops over T in blocks, loads log_probs, old_log_probs and
          mask once (half inputs are cast to float32 right after the load), accumulates the
-         seven statistics of ``RowSums`` in float32 and writes the 1-byte ``active`` mask.
+         eight statistics of ``RowSums`` in float32 and writes the 1-byte ``active`` mask.
+         The clamp is ``prepared.clamp_or_nan`` spelled in Triton (``_clamp_or_nan``): a valid
+         r_t that is NaN or +-inf gives NaN, so the row's clipped sum is NaN as on every other
+         path; the min and max of a row with a NaN r_t are NaN, as torch's amin/amax give
+         (set from a NaN count: the hardware's fmin/fmax would drop a NaN). Positions outside
+         the mask are replaced by 0 before any arithmetic (``tl.where``), as on the torch path.
 backward one elementwise pass: grad_t = active_t ? g_i : 0, stored in the input dtype.
 
 Exactly two launches touch (B, T) data per forward+backward. Each launch is a custom
@@ -23,6 +28,13 @@ import triton.language as tl
 
 FORWARD_BLOCK = 1024
 BACKWARD_BLOCK = 1024
+
+
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]  # untyped where triton is absent or untyped
+def _clamp_or_nan(r, lo, hi):  # type: ignore[no-untyped-def]  # Triton reads the bare arguments
+    """``prepared.clamp_or_nan``: clamp(r, lo, hi) where r is finite, NaN where NaN or +-inf."""
+    finite = (r == r) & (tl.abs(r) < float("inf"))
+    return tl.where(finite, tl.minimum(tl.maximum(r, lo), hi), float("nan"))
 
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]  # untyped where triton is absent or untyped
@@ -52,6 +64,8 @@ def _row_stats_forward(  # type: ignore[no-untyped-def]  # Triton reads annotati
     acc_above = tl.zeros([BLOCK], dtype=tl.float32)
     acc_min = tl.full([BLOCK], float("inf"), dtype=tl.float32)
     acc_max = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    acc_nonfinite = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_nan = tl.zeros([BLOCK], dtype=tl.float32)
     row64 = row.to(tl.int64)
     for start in range(0, length, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -59,26 +73,30 @@ def _row_stats_forward(  # type: ignore[no-untyped-def]  # Triton reads annotati
         lp = tl.load(lp_ptr + row64 * lp_stride + cols, mask=inside, other=0.0).to(tl.float32)
         old = tl.load(old_ptr + row64 * old_stride + cols, mask=inside, other=0.0).to(tl.float32)
         valid = (tl.load(mask_ptr + row64 * mask_stride + cols, mask=inside, other=0) != 0) & inside
-        r = lp - old
-        below = valid & (r < lo)
-        above = valid & (r > hi)
-        active = valid & (r >= lo) & (r <= hi)
+        r = tl.where(valid, lp, 0.0) - tl.where(valid, old, 0.0)  # padding is 0 before any arithmetic
+        clipped = _clamp_or_nan(r, lo, hi)
+        below = valid & (clipped > r)  # False wherever clipped is NaN (r not finite)
+        above = valid & (clipped < r)
+        active = valid & (clipped == r)
         tl.store(active_ptr + row64 * active_stride + cols, active.to(tl.uint8), mask=inside)
-        clipped = tl.minimum(tl.maximum(r, lo), hi)
         acc_clipped += tl.where(valid, clipped, 0.0)
         acc_raw += tl.where(valid, r, 0.0)
         acc_count += valid.to(tl.float32)
         acc_below += below.to(tl.float32)
         acc_above += above.to(tl.float32)
-        acc_min = tl.minimum(acc_min, tl.where(valid, r, float("inf")))
-        acc_max = tl.maximum(acc_max, tl.where(valid, r, float("-inf")))
+        acc_nonfinite += (valid & (clipped != clipped)).to(tl.float32)
+        acc_nan += (valid & (r != r)).to(tl.float32)
+        acc_min = tl.minimum(acc_min, tl.where(valid & (r == r), r, float("inf")))
+        acc_max = tl.maximum(acc_max, tl.where(valid & (r == r), r, float("-inf")))
     tl.store(out_ptr + row, tl.sum(acc_clipped, axis=0))
     tl.store(out_ptr + n_rows + row, tl.sum(acc_raw, axis=0))
     tl.store(out_ptr + 2 * n_rows + row, tl.sum(acc_count, axis=0))
     tl.store(out_ptr + 3 * n_rows + row, tl.sum(acc_below, axis=0))
     tl.store(out_ptr + 4 * n_rows + row, tl.sum(acc_above, axis=0))
-    tl.store(out_ptr + 5 * n_rows + row, tl.min(acc_min, axis=0))
-    tl.store(out_ptr + 6 * n_rows + row, tl.max(acc_max, axis=0))
+    has_nan = tl.sum(acc_nan, axis=0) > 0  # min/max of a row with a NaN is NaN, as torch's amin/amax
+    tl.store(out_ptr + 5 * n_rows + row, tl.where(has_nan, float("nan"), tl.min(acc_min, axis=0)))
+    tl.store(out_ptr + 6 * n_rows + row, tl.where(has_nan, float("nan"), tl.max(acc_max, axis=0)))
+    tl.store(out_ptr + 7 * n_rows + row, tl.sum(acc_nonfinite, axis=0))
 
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]  # untyped where triton is absent or untyped
@@ -110,7 +128,7 @@ def _forward_op(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
-    out = torch.empty((7, batch), dtype=torch.float32, device=log_probs.device)
+    out = torch.empty((8, batch), dtype=torch.float32, device=log_probs.device)
     active = torch.empty((batch, length), dtype=torch.uint8, device=log_probs.device)
     if batch > 0:
         _row_stats_forward[(batch,)](
@@ -137,7 +155,7 @@ def _forward_shapes(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, length = log_probs.shape
-    out = log_probs.new_empty((7, batch), dtype=torch.float32)
+    out = log_probs.new_empty((8, batch), dtype=torch.float32)
     return out, log_probs.new_empty((batch, length), dtype=torch.uint8)
 
 
@@ -159,7 +177,7 @@ def _backward_shapes(active: torch.Tensor, coef: torch.Tensor, dtype: torch.dtyp
 def forward(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stats (7, B) float32, active (B, T) bool); inputs need a unit stride along T."""
+    """(stats (8, B) float32, active (B, T) bool); inputs need a unit stride along T."""
     log_probs, old_log_probs, mask = (
         t if t.stride(-1) == 1 else t.contiguous() for t in (log_probs, old_log_probs, mask)
     )

@@ -32,10 +32,10 @@ from __future__ import annotations
 import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
-from gmpo_plugins.core.kernels.rowmean import row_masked_mean, sequence_is_weights
+from gmpo_plugins.core.kernels.rowmean import row_masked_mean
 from gmpo_plugins.core.kernels.sequence_rows import PassOptions, fused_sequence_rows
 from gmpo_plugins.core.kernels.stats import compute_dtype
-from gmpo_plugins.core.prepared import per_token_is_gradient, product_guard
+from gmpo_plugins.core.prepared import clamp_or_nan, per_token_is_gradient, product_guard, sequence_is_weights
 from gmpo_plugins.core.reduce import SEQUENCE, as_bool_mask
 from gmpo_plugins.core.tail import RowStats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
@@ -74,7 +74,7 @@ def _finish(
     """The shared tail (``tail.finish``) with this path's IS weights and KL rows."""
     dtype = values.dtype
     mask = inputs.mask  # as given: the helpers below convert it only where they need it
-    rho = sequence_is_weights(inputs.rollout_is_weights, mask, is_aggregation, dtype)
+    rho = sequence_is_weights(inputs.rollout_is_weights, mask, is_aggregation, dtype, mean=row_masked_mean)
     kl = kl_rows(
         inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
     )
@@ -133,7 +133,7 @@ def fused_geometric_mean_loss(
             value = value / stats.count.clamp_min(1)
     if not normalise:
         guard = product_guard(inputs.log_probs.dtype)
-        value = value.clamp(-guard, guard)
+        value = clamp_or_nan(value, -guard, guard)
     return _finish(
         inputs,
         batch,

@@ -5,10 +5,11 @@ backend, blocked torch or Triton) and the per-row epilogue, for per-row log-spac
 built from the sign of A_i (``_bounds``):
 
     value_i  = sum_clipped_i / max(1, |o_i|)   (``normalise``)  or  sum_clipped_i
-    table    (7, B): the rows of ``tail.RowStats`` (count, rows, sum_raw, raw_min, raw_max,
-             clipped_low, clipped_high); a token counts as clipped low / high where it is
-             outside a bound that is the eps one (eps < R) on the side of its advantage
-    metrics  (9,): ``tail.metric_vector(table)``
+    table    (8, B): the rows of ``tail.RowStats`` (count, rows, sum_raw, raw_min, raw_max,
+             clipped_low, clipped_high, nonfinite); a token counts as clipped low / high
+             where it is outside a bound that is the eps one (eps < R) on the side of its
+             advantage
+    metrics  (10,): ``tail.metric_vector(table)``
     active   (B, T) bool: the tokens inside their bounds (saved for backward)
     adv      (B,): A_i, and 0 on a row without a valid token whatever it holds there (the
              loss tail multiplies by it: 0 * NaN would be NaN), at no extra operator
@@ -56,7 +57,7 @@ def _sequence_rows(
     metrics: bool,
     impl: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(value (B,), table (7, B), metrics (9,) or (0,), active (B, T) bool, adv (B,)), module
+    """(value (B,), table (8, B), metrics (10,) or (0,), active (B, T) bool, adv (B,)), module
     docstring.
 
     advantages (B,) in the compute dtype; ``low``/``high`` the log-space bounds of the
@@ -69,7 +70,7 @@ def _sequence_rows(
     backend = backend_named(impl)
     lo, hi = _bounds(advantages, low, high, bound)
     sums, active = backend.forward(log_probs, old_log_probs, mask, lo, hi)
-    sum_clipped, sum_raw, count, below, above, raw_min, raw_max = sums.unbind(0)
+    sum_clipped, sum_raw, count, below, above, raw_min, raw_max, nonfinite = sums.unbind(0)
     zero = torch.zeros((), dtype=sums.dtype, device=sums.device)
     live = count > 0
     stats = RowStats(
@@ -80,6 +81,7 @@ def _sequence_rows(
         raw_max=raw_max,
         clipped_low=torch.where(advantages < 0, below, zero) if count_low else torch.zeros_like(count),
         clipped_high=torch.where(advantages > 0, above, zero) if count_high else torch.zeros_like(count),
+        nonfinite=nonfinite,
     )
     value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
     vector = metric_vector(stats) if metrics else count.new_empty((0,))
@@ -189,7 +191,7 @@ def fused_sequence_rows(
     advantages: torch.Tensor,
     options: PassOptions,
 ) -> tuple[torch.Tensor, RowStats, torch.Tensor | None, torch.Tensor]:
-    """(value (B,) differentiable, ``RowStats``, metric vector (9,), or None without
+    """(value (B,) differentiable, ``RowStats``, metric vector (10,), or None without
     ``options.metrics``, the advantages (B,) with 0 on rows without a valid token); module
     docstring.
 

@@ -22,6 +22,7 @@ class RowSums(NamedTuple):
     above        valid tokens with r_t > hi_i
     raw_min      min of r_t over valid tokens, +inf for an empty row
     raw_max      max of r_t over valid tokens, -inf for an empty row
+    nonfinite    valid tokens whose r_t is NaN or +-inf (sum_clipped is then NaN)
     """
 
     sum_clipped: torch.Tensor
@@ -31,3 +32,4 @@ class RowSums(NamedTuple):
     above: torch.Tensor
     raw_min: torch.Tensor
     raw_max: torch.Tensor
+    nonfinite: torch.Tensor

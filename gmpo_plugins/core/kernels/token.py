@@ -2,7 +2,7 @@
 
 Per valid token t of row i (``losses/ppo_clip.py``, whose eager version stays the oracle):
 
-    r_t  = clamp(log_probs_t - old_log_probs_t, -R, R),  rho_t = exp(r_t)
+    r_t  = clamp_or_nan(log_probs_t - old_log_probs_t, -R, R),  rho_t = exp(r_t)
     u_t  = -A_t * rho_t,  c_t = -A_t * clamp(rho_t, 1 - eps_low, 1 + eps_high)
     pg_t = max(u_t, c_t), then min(pg_t, -A_t * dual_clip) where A_t < 0 (if dual_clip)
     S_i  = sum_t m_t * pg_t * w_t                          (w_t: rollout IS weight, or 1)
@@ -20,6 +20,15 @@ the gradient autograd gives for ``torch.maximum`` and ``clamp`` in the eager los
 saves d (4 bytes per token in float32, the one (B, T) tensor it keeps) and the backward
 pass writes grad_t = g_i * d_t where m_t, exactly +0 elsewhere (even for NaN/inf padding
 or an infinite g_i), in the input dtype.
+
+Non-finite inputs (``prepared``'s rule): the guard is ``prepared.clamp_or_nan``, so a valid
+token whose log ratio is NaN or +-inf has a NaN term, as one with a NaN or infinite
+advantage or IS weight has a non-finite one, and S_i is then non-finite. Such a token counts
+as clipped on neither side. Padding contributes 0 whatever it holds: the pass multiplies by
+the 0/1 mask and drops the NaN that padding's inf or NaN makes, after counting the valid
+NaN, whose rows it makes NaN (float arithmetic only: a CPU kernel with a boolean operand
+costs many float ones). A valid token whose log ratio is NaN gets zero derivative, as on
+the eager path.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from torch.autograd.function import once_differentiable
 
 from gmpo_plugins.core.kernels.rowsum_torch import _SAME_WIDTH_INT, rows_per_block
 from gmpo_plugins.core.kernels.stats import compute_dtype
+from gmpo_plugins.core.prepared import clamp_or_nan
 from gmpo_plugins.core.reduce import as_bool_mask
 from gmpo_plugins.core.tail import RowStats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
@@ -84,15 +94,18 @@ def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_block(k: _Block, clip: _Clip) -> None:
-    """Statistics ``k.out`` (8, rows) and derivative ``k.deriv`` (rows, T) of one block, in
+    """Statistics ``k.out`` (11, rows) and derivative ``k.deriv`` (rows, T) of one block, in
     about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
     reused from block to block), comparisons writing float 0/1 (torch's CPU kernels with
     boolean operands are several times slower than the float ones):
 
         m     = mask as 0/1
-        r     = nan_to_num(m * (log_probs - old))     0 on padding, even NaN/inf padding
-        gate  = [clamp(r, -R, R) == r],  rho = exp(clamp(r, -R, R))
-        out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)]
+        nan_r = [r != r] * m                          r = log_probs - old; counted, then
+        r     = nan_to_num(m * r)                     0 on padding, even NaN/inf padding, and
+                                                      at a valid NaN (the caller makes its
+                                                      row NaN); a valid +-inf stays
+        gate  = [clamp_or_nan(r, -R, R) == r] - nan_r,  rho = exp(clamp_or_nan(r, -R, R))
+        out   = [rho != clamp(rho, 1 - eps_low, 1 + eps_high)] * [rho == rho]   (NaN: neither side)
         u, c  = -A rho, -A clamp(rho, 1 - eps_low, 1 + eps_high),  pg = max(u, c)
         d     = u + u * (sign(u - c) - out) / 2                      (then * gate, cap, w)
 
@@ -106,8 +119,11 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     has rho = 1, inside the band) times [A < 0], [A > 0]; for row-constant advantages the
     block writes the row sums of [rho < 1 - eps_low] and of out, and the caller keeps the
     first where A < 0 and their difference where A > 0 (exact: integer sums). Min/max of r
-    over valid tokens
-    use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set by the caller).
+    over valid tokens use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set
+    by the caller). Non-finite counts per row: o[8] the valid +-inf r (NaN in
+    clamp_or_nan(r)), o[9] the valid NaN r, o[10] the valid tokens whose term pg is NaN (a
+    NaN advantage, IS weight or ratio); the row sum o[0] drops NaN (padding times inf is
+    NaN too) and the caller makes a row with o[9] + o[10] > 0 NaN.
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
     valid, r, ratio, gate, banded, outside, pg = k.work
@@ -119,12 +135,15 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         torch.sub(k.log_probs, k.old, out=r)
     else:
         r.copy_(k.log_probs).sub_(k.old)
+    nan_r = torch.ne(r, r, out=banded).mul_(valid)  # valid tokens whose r is NaN: the next line zeroes it
+    torch.sum(nan_r, dim=-1, out=o[9])
     r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
-    torch.clamp(r, -clip.bound, clip.bound, out=ratio)
-    torch.eq(ratio, r, out=gate)
+    clamp_or_nan(r, -clip.bound, clip.bound, out=ratio)
+    torch.eq(ratio, r, out=gate).sub_(nan_r)
+    torch.sum(torch.ne(ratio, ratio, out=pg), dim=-1, out=o[8])
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
-    torch.ne(banded, ratio, out=outside)
+    torch.ne(banded, ratio, out=outside).mul_(torch.eq(ratio, ratio, out=pg))
     if a.shape[-1] == 1 and clip.padding_in_band:  # below and outside; the caller keeps one per row
         torch.sum(torch.lt(ratio, clip.low, out=pg), dim=-1, out=o[3])
         torch.sum(outside, dim=-1, out=o[4])
@@ -148,7 +167,8 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         if k.deriv is not None:
             k.deriv.mul_(k.w)
         pg.mul_(k.w)
-    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # NaN counts as 0 (padding times inf, NaN A or w)
+    torch.sum(torch.ne(pg, pg, out=banded).mul_(valid), dim=-1, out=o[10])  # valid NaN terms: NaN A, w or ratio
+    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # drops padding's NaN (inf or NaN A, w); the caller restores o[10]
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
     invalid = torch.sub(torch.ones((), dtype=valid.dtype, device=valid.device), valid, out=valid)
@@ -157,8 +177,9 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (8, B): S, sum of
-    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped (per row)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (11, B): S, sum of
+    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, non-finite r, then
+    the pass's NaN counts (``_forward_block``) (per row)."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
@@ -174,7 +195,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         device = log_probs.device
-        out = torch.empty((8, batch), dtype=dtype, device=device)
+        out = torch.empty((11, batch), dtype=dtype, device=device)
         if clip.dual is None:
             out[7].zero_()
         deriv = torch.empty((batch, length), dtype=dtype, device=device) if derivative else None
@@ -190,6 +211,11 @@ class _TokenRowSums(torch.autograd.Function):
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
+        out[8].add_(out[9])  # non-finite r: +-inf and NaN
+        nan_r = out[9] > 0  # a valid NaN r, zeroed in the pass: its row's sum, raw sum, min and max are NaN
+        out[0].masked_fill_(nan_r | (out[10] > 0), math.nan)
+        for row in (1, 5, 6):
+            out[row].masked_fill_(nan_r, math.nan)
         ctx.save_for_backward(deriv, mask)
         ctx.grad_dtype = log_probs.dtype
         ctx.mark_non_differentiable(out)
@@ -258,6 +284,7 @@ def fused_clipped_ratio_loss(
         raw_max=stats[6],
         clipped_low=stats[3],
         clipped_high=stats[4],
+        nonfinite=stats[8],
     )
     extra = {}
     if dual_clip is not None:

@@ -3,8 +3,8 @@
 The first ``impl="auto"`` call of a process on a device where Triton would be chosen runs
 both backends of ``clipped_row_sums`` on one small fixed batch on that device and compares
 
-    forward   the (7, B) row statistics (clipped sum, raw sum, count, clipped counts on
-              each side, raw min and max) and the (B, T) active mask
+    forward   the (8, B) row statistics (clipped sum, raw sum, count, clipped counts on
+              each side, raw min and max, non-finite count) and the (B, T) active mask
     backward  the (B, T) gradient for one coefficient per row
 
 within ``RTOL`` relative (``ATOL`` absolute) in float32. They agree: this device uses

@@ -21,7 +21,9 @@ A clipped token gets zero gradient; every other valid token of sequence i gets
 ``sum_i L_i / N * dp_size`` (``reduce_sequences``), so accumulation over micro-batches
 and averaging over data-parallel ranks reproduce the whole-batch mean exactly.
 
-Guard: R = 20 keeps w_i <= e^20 for any finite input. Tokens with |r_t| > R get zero
+Guard: R = 20 keeps w_i <= e^20 for any finite input; a NaN or +-inf log ratio (a
+non-finite log-prob or old log-prob at a valid token, -inf included) is not clamped but
+becomes NaN (``prepared.clamp_or_nan``), and so does the loss. Tokens with |r_t| > R get zero
 gradient, on either side; with the default eps this changes the loss only where the
 unclipped side is unbounded (A_i < 0 and r_t > R), or for A_i > 0 tokens whose ratio
 is below e^-20, and in gmpo_noclip wherever |r_t| > R.
@@ -58,8 +60,14 @@ import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_geometric_mean_loss
-from gmpo_plugins.core.kernels.rowmean import sequence_is_weights
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare, product_guard
+from gmpo_plugins.core.prepared import (
+    LOG_RATIO_GUARD,
+    clamp_or_nan,
+    per_token_is_gradient,
+    prepare,
+    product_guard,
+    sequence_is_weights,
+)
 from gmpo_plugins.core.reduce import SEQUENCE
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
@@ -103,7 +111,7 @@ def eager_geometric_mean_loss(
     p = prepare(inputs, sequence_level=True)
     mask = p.mask
     bound = log_ratio_bound
-    r = p.log_ratio.clamp(-bound, bound)
+    r = clamp_or_nan(p.log_ratio, -bound, bound)  # NaN where the log ratio is not finite
     r = per_token_is_gradient(r, p.rollout_is_weights, mask, rollout_is_aggregation)
     positive = p.advantages > 0  # (B,)
     negative = p.advantages < 0
@@ -122,7 +130,7 @@ def eager_geometric_mean_loss(
         s = summed / p.lengths.clamp_min(1)
     else:
         guard = product_guard(inputs.log_probs.dtype)
-        s = summed.clamp(-guard, guard)
+        s = clamp_or_nan(summed, -guard, guard)
 
     kl = kl_rows(
         inputs,

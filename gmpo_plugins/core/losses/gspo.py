@@ -4,6 +4,7 @@ clipped in ratio space.
 For sequence i with valid tokens t and sequence advantage A_i:
 
     s_i = exp(sum_t clamp(r_t, -R, R) / |o_i|)            r_t = log pi_theta - log pi_old
+                                                          (NaN for a non-finite r_t: prepared.clamp_or_nan)
     L_i = max(-A_i * s_i, -A_i * clamp(s_i, 1 - eps_low, 1 + eps_high)) * rho_i
           + beta * mean_t KL_t
 
@@ -26,8 +27,13 @@ from typing import Any
 import torch
 
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_gspo_loss
-from gmpo_plugins.core.kernels.rowmean import sequence_is_weights
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, per_token_is_gradient, prepare
+from gmpo_plugins.core.prepared import (
+    LOG_RATIO_GUARD,
+    clamp_or_nan,
+    per_token_is_gradient,
+    prepare,
+    sequence_is_weights,
+)
 from gmpo_plugins.core.reduce import SEQUENCE
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
@@ -60,7 +66,7 @@ def eager_gspo_loss(
 ) -> LossOutput:
     """Sequence-level clipped ratio (module docstring)."""
     p = prepare(inputs, sequence_level=True)
-    r = p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound)
+    r = clamp_or_nan(p.log_ratio, -log_ratio_bound, log_ratio_bound)  # NaN where not finite
     r = per_token_is_gradient(r, p.rollout_is_weights, p.mask, rollout_is_aggregation)
     ratio = torch.exp(r.sum(-1) / p.lengths.clamp_min(1))
     advantages = p.advantages

@@ -2,7 +2,8 @@
 
 Per valid token t of sequence i, with advantage A_t (a (B,) advantage is broadcast):
 
-    r_t   = clamp(log pi_theta - log pi_old, -R, R)          R = log_ratio_bound
+    r_t   = clamp(log pi_theta - log pi_old, -R, R)          R = log_ratio_bound; NaN for a
+                                                             non-finite r_t (prepared.clamp_or_nan)
     rho_t = exp(r_t)
     l_t   = max(-A_t * rho_t, -A_t * clamp(rho_t, 1 - eps_low, 1 + eps_high))
     l_t   = min(l_t, -A_t * dual_clip)   if A_t < 0 and dual_clip is set (Ye et al. 2020)
@@ -30,7 +31,7 @@ import torch
 
 from gmpo_plugins.core.kernels import TOKEN_IMPLS, check_impl
 from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare, token_is_weights
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, prepare, token_is_weights
 from gmpo_plugins.core.reduce import (
     REDUCTIONS,
     SEQ_MEAN_TOKEN_MEAN,
@@ -78,7 +79,7 @@ def eager_clipped_ratio_loss(
     """Token-level PPO clipped surrogate (module docstring)."""
     p = prepare(inputs, sequence_level=False)
     mask, advantages = p.mask, p.advantages
-    ratio = torch.exp(p.log_ratio.clamp(-log_ratio_bound, log_ratio_bound))
+    ratio = torch.exp(clamp_or_nan(p.log_ratio, -log_ratio_bound, log_ratio_bound))  # NaN where not finite
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     pg = torch.maximum(unclipped, clipped)
