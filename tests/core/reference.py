@@ -136,7 +136,7 @@ def _selected(scores, candidates, ratio, n):
 def _covariances(lp, adv, mask):
     cells = _valid(mask)
     a = {c: float(_adv(adv, *c)) for c in cells}
-    p = {c: float(lp[c]) for c in cells}
+    p = {c: float(lp[c].detach()) for c in cells}
     mean_a, mean_p = sum(a.values()) / len(cells), sum(p.values()) / len(cells)
     return {c: (a[c] - mean_a) * (p[c] - mean_p) for c in cells}
 
@@ -170,7 +170,7 @@ def per_token_reference(name, lp, old, adv, mask, hp):
             d = (x - old[i, t]).clamp(-GUARD, GUARD)
             out[i, t] = -(a * x - hp["dro_beta"] / 2 * d**2)
         elif name in ("dppo_tv", "dppo_kl"):
-            p, q = math.exp(float(x)), math.exp(float(old[i, t]))
+            p, q = math.exp(float(x.detach())), math.exp(float(old[i, t]))
             if name == "dppo_tv":
                 keep = p - q <= hp["delta_high"] if a > 0 else p - q >= -hp["delta_low"]
             else:
@@ -196,7 +196,7 @@ def per_token_reference(name, lp, old, adv, mask, hp):
                 for t in idx:
                     out[i, t] = g
             else:
-                lw = float(sum(logs).clamp(math.log(1e-8), 20.0))
+                lw = float(sum(logs).detach().clamp(math.log(1e-8), 20.0))
                 k, lam = (hp["vespo_k_pos"], hp["vespo_lambda_pos"]) if a >= 0 else (hp["vespo_k_neg"], hp["vespo_lambda_neg"])
                 phi = math.exp(lam + k * lw - lam * math.exp(lw))
                 for t in idx:
