@@ -85,7 +85,7 @@ def check_hparams(
         if check is not None and not check[0](value):
             raise ValueError(f"{loss_name}: {name} must be {check[1]}, got {value!r}")
     low, high = values.get("clip_cov_lb"), values.get("clip_cov_ub")
-    if _real(low) and _real(high) and low >= high:
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low >= high:
         raise ValueError(f"{loss_name}: clip_cov_lb must be < clip_cov_ub (a covariance band), got {low!r} >= {high!r}")
     if ratio_space and _real(values.get("eps_low")) and values["eps_low"] >= 1:
         raise ValueError(

@@ -27,7 +27,6 @@ from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, TO
 from gmpo_plugins.core.tail import eager_row_stats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
-
 TOKEN_REDUCTIONS: tuple[Reduction, ...] = (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN, TOKEN_SUM, SEQ_MEAN_TOKEN_SUM)
 """The reductions the per-token losses accept. ``seq-mean-token-sum-norm`` is Dr.GRPO's
 constant-length reduction (``dr_grpo``, ``grpo``), kept out so that these losses need no

@@ -92,9 +92,9 @@ def row_weights(
     (L = ``norm_length``, a constant). ``token-sum`` needs no count: each micro-batch's sum
     adds up to the micro-batch's share of the whole-batch sum, and the factor D undoes the
     ranks' gradient average, so any split gives the gradient of the whole batch's token sum
-    (whose size grows with the batch: the learning rate then depends on the batch size). A missing global count is the local one with
-    ``dp_size == 1`` (N = sum_i rows_i: rows without a valid token do not count; M = sum_i
-    count_i) and a ValueError otherwise (``require_global_count``); a given N counts what
+    (whose size grows with the batch: the learning rate then depends on the batch size).
+    A missing global count is the local one with ``dp_size == 1`` (N = sum_i rows_i: rows
+    without a valid token do not count; M = sum_i count_i) and a ValueError otherwise (``require_global_count``); a given N counts what
     the caller counted (frameworks: every sequence, rows without a valid token included).
     """
     if reduction == TOKEN_MEAN:

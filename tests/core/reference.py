@@ -197,7 +197,11 @@ def per_token_reference(name, lp, old, adv, mask, hp):
                     out[i, t] = g
             else:
                 lw = float(sum(logs).detach().clamp(math.log(1e-8), 20.0))
-                k, lam = (hp["vespo_k_pos"], hp["vespo_lambda_pos"]) if a >= 0 else (hp["vespo_k_neg"], hp["vespo_lambda_neg"])
+                k, lam = (
+                    (hp["vespo_k_pos"], hp["vespo_lambda_pos"])
+                    if a >= 0
+                    else (hp["vespo_k_neg"], hp["vespo_lambda_neg"])
+                )
                 phi = math.exp(lam + k * lw - lam * math.exp(lw))
                 for t in idx:
                     out[i, t] = -phi * a * lp[i, t]

@@ -170,7 +170,12 @@ DR_GRPO = LossSpec(
     fn=dr_grpo_loss,
     description="Dr.GRPO: grpo with per-sequence token sums over a constant length",
     formula="grpo's l_t, sum_i [sum_t l_t / norm_length] / N",
-    native=("verl:vanilla (seq-mean-token-sum-norm)", "trl:dr_grpo", "skyrl:regular (seq_mean_token_sum_norm)", "liger:dr_grpo"),
+    native=(
+        "verl:vanilla (seq-mean-token-sum-norm)",
+        "trl:dr_grpo",
+        "skyrl:regular (seq_mean_token_sum_norm)",
+        "liger:dr_grpo",
+    ),
     defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
     clip_space="ratio",
     reductions=(SEQ_MEAN_TOKEN_SUM_NORM,),  # Dr.GRPO is defined by its constant-length sum
