@@ -95,7 +95,8 @@ def row_weights(
     (whose size grows with the batch: the learning rate then depends on the batch size).
     A missing global count is the local one with ``dp_size == 1`` (N = sum_i rows_i: rows
     without a valid token do not count; M = sum_i count_i) and a ValueError otherwise
-    (``require_global_count``); a given N counts what the caller counted (frameworks: every sequence, rows without a valid token included).
+    (``require_global_count``); a given N counts what the caller counted (frameworks: every
+    sequence, rows without a valid token included).
     """
     if reduction == TOKEN_MEAN:
         if batch.global_num_tokens is None:
