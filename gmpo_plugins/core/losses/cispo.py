@@ -13,7 +13,7 @@ still learns, with a bounded weight (unlike PPO, where it gets none). Shapes: ev
 
 Conventions. ``eps_high`` is an offset of the ratio (the cap is 1 + eps_high); ``eps_low``
 is None by default (no lower clip, as the paper: the weight only needs bounding above).
-verl clips r to [1 - clip_ratio_low, 1 + clip_ratio_high] (its PPO bounds, 0.2 / 0.28 by
+verl clips r to [1 - clip_ratio_low, 1 + clip_ratio_high] (its PPO bounds, 0.2 each by
 default, so a verl run clips both sides unless told otherwise). TRL caps r at
 ``epsilon_high`` itself with no lower bound (ScaleRL's eps_max, 5.0 recommended): TRL's value
 translates as eps_high = epsilon_high - 1. SkyRL clips to [1 - cispo_eps_clip_low,
