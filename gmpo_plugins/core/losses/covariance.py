@@ -32,8 +32,9 @@ tokens at random among the candidates (``torch.randperm``, unseeded) and take kl
 tokens the method means to restrain, so that a run is reproducible.
 
 Defaults: clip_cov_ratio = 2e-4, clip_cov_lb = 1, clip_cov_ub = 5, eps 0.2 (the paper's, and
-verl's and SkyRL's config). kl_cov_ratio = 2e-3 and ppo_kl_coef = 1 (the paper's setting for
-7B models); verl's config defaults to 2e-4 and 0.1, SkyRL's to 0.2 (``kl_cov_frac``) and 1.
+verl's and SkyRL's config). kl_cov_ratio = 2e-3 and ppo_kl_coef = 1 (the method's setting for
+7B models, as its verl recipes run it); verl's config defaults to 2e-4 and 0.1, SkyRL's to
+0.2 (``kl_cov_frac``: a fraction 100 times either) and 1.
 Shapes: every tensor (B, T).
 """
 
@@ -62,7 +63,7 @@ def largest(scores: torch.Tensor, candidates: torch.Tensor, ratio: float, mask: 
     (n valid tokens of ``mask``), ties to the lower flat index; fewer when fewer are candidates.
     Sync-free: k stays a tensor and is compared with each token's rank in a stable sort."""
     with torch.no_grad():
-        n = mask.sum().to(torch.float64)
+        n = mask.sum().to(torch.float64)  # float64: floor(n * ratio) is Python's int(ratio * n), as verl's
         k = torch.clamp_min(torch.floor(n * ratio), 1.0)
         flat = torch.where(candidates, scores, -torch.inf).flatten()
         order = torch.sort(flat, descending=True, stable=True).indices
