@@ -318,3 +318,18 @@ def test_a_non_finite_valid_input_gives_a_non_finite_loss(name, field, bad):
     setattr(inputs, field, tensor.requires_grad_() if field == "log_probs" else tensor)
     out = get_loss(name)(inputs, validate=False, kl_beta=0.1)
     assert not torch.isfinite(out.loss)
+
+
+def test_the_per_token_losses_call_nothing_in_the_kernels():
+    """Eager torch only: neither the loss modules nor the shared pipeline they use import
+    ``core.kernels`` (the fused paths are the existing losses' alone)."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    modules = {importlib.import_module(get_loss(name).fn.__module__) for name in PER_TOKEN}
+    modules.add(importlib.import_module("gmpo_plugins.core.per_token"))
+    for module in modules:
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert not any("kernels" in (name or "") for name in imported), (module.__name__, imported)
