@@ -7,11 +7,14 @@ from gmpo_plugins import list_losses
 from gmpo_plugins.core.registry import DISTRIBUTION
 
 
-def builtin_losses(*, sequence_level: bool | None = None) -> list[str]:
+def builtin_losses(*, sequence_level: bool | None = None, fused: bool | None = None) -> list[str]:
     """Names of the losses this distribution registers, optionally only the sequence-level
-    (``True``) or token-level (``False``) ones, in registration order."""
+    (``True``) or token-level (``False``) ones, and only those with (``fused=True``) or without
+    a fused path (``"torch"`` among their ``impls``), in registration order."""
     return [
         spec.name
         for spec in list_losses()
-        if spec.provider == DISTRIBUTION and (sequence_level is None or spec.sequence_level == sequence_level)
+        if spec.provider == DISTRIBUTION
+        and (sequence_level is None or spec.sequence_level == sequence_level)
+        and (fused is None or ("torch" in spec.impls) == fused)
     ]

@@ -1,4 +1,5 @@
-"""``gmpo-plugins list``: the registered losses as a table, or JSON with ``--json``."""
+"""``gmpo-plugins list``: the registered losses as a table, JSON with ``--json``, or the
+Markdown table of docs/losses.md with ``--markdown``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from gmpo_plugins.core.registry import list_losses
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("list", help="list the registered losses")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    output.add_argument(
+        "--markdown", action="store_true", help="print the Markdown table of the built-in losses (docs/losses.md)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -24,6 +29,9 @@ def loss_rows() -> list[dict]:
             "sequence_level": spec.sequence_level,
             "reductions": list(spec.reductions),
             "impls": list(spec.impls),
+            "split_invariant": spec.split_invariant,
+            "formula": spec.formula,
+            "native": list(spec.native),
             "defaults": dict(spec.defaults),
         }
         for spec in list_losses()
@@ -32,6 +40,9 @@ def loss_rows() -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     rows = loss_rows()
+    if args.markdown:
+        print(markdown_table(rows))
+        return 0
     if args.json:
         print(json.dumps(rows, indent=2, default=repr))  # a plugin's default may not be JSON
         return 0
@@ -59,7 +70,39 @@ def _details(row: dict) -> list[str]:
     them, never inside one)."""
     lines = [row["description"], ", ".join(f"{key}={value}" for key, value in row["defaults"].items())]
     lines += [f"{key}: {', '.join(row[key])}" for key in ("reductions", "impls") if row[key]]
+    if not row["split_invariant"]:
+        lines.append("NOT split-invariant: depends on the micro-batch it is given")
     return lines
+
+
+SHARED_HPARAMS = ("kl_beta", "kl_estimator", "kl_clamp", "log_ratio_bound", "reduction", "rollout_is_aggregation")
+"""Hyper-parameters the table leaves out of its column (every built-in loss takes the KL and
+guard ones; the reduction has its own column)."""
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The losses of this distribution as one Markdown table: formula, own hyper-parameters with
+    their defaults, the frameworks that ship the loss natively, reductions, split invariance."""
+    lines = [
+        "| loss | formula | hyper-parameters (defaults) | native in | reductions (default) | split-invariant |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row["provider"] != "gmpo-plugins":
+            continue
+        hparams = ", ".join(f"`{k}={v}`" for k, v in row["defaults"].items() if k not in SHARED_HPARAMS)
+        default = row["defaults"].get("reduction")
+        reductions = ", ".join(f"**{r}**" if r == default else r for r in row["reductions"]) or "per sequence"
+        cells = (
+            f"`{row['name']}`",
+            row["formula"].replace("|", "\\|"),
+            hparams or "-",
+            ", ".join(row["native"]) or "-",
+            reductions,
+            "yes" if row["split_invariant"] else "no",
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _longest_word(rows: list[dict]) -> int:

@@ -15,6 +15,8 @@ from gmpo_plugins.core.types import BatchInfo, Reduction
 TOKEN_MEAN: Final = "token-mean"
 SEQ_MEAN_TOKEN_MEAN: Final = "seq-mean-token-mean"
 SEQ_MEAN_TOKEN_SUM_NORM: Final = "seq-mean-token-sum-norm"
+TOKEN_SUM: Final = "token-sum"
+SEQ_MEAN_TOKEN_SUM: Final = "seq-mean-token-sum"
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 
@@ -84,18 +86,26 @@ def row_weights(
         token-mean               v_i = S_i (a row's token sum)     u_i = 1 / M * D
         seq-mean-token-mean      v_i = S_i                         u_i = rows_i / |o_i| / N * D
         seq-mean-token-sum-norm  v_i = S_i                         u_i = rows_i / L / N * D
+        token-sum                v_i = S_i                         u_i = D
+        seq-mean-token-sum       v_i = S_i                         u_i = rows_i / N * D
 
-    (L = ``norm_length``, a constant). A missing global count is the local one with
-    ``dp_size == 1`` (N = sum_i rows_i: rows without a valid token do not count; M = sum_i
-    count_i) and a ValueError otherwise (``require_global_count``); a given N counts what
-    the caller counted (frameworks: every sequence, rows without a valid token included).
+    (L = ``norm_length``, a constant). ``token-sum`` needs no count: each micro-batch's sum
+    adds up to the micro-batch's share of the whole-batch sum, and the factor D undoes the
+    ranks' gradient average, so any split gives the gradient of the whole batch's token sum
+    (whose size grows with the batch: the learning rate then depends on the batch size).
+    A missing global count is the local one with ``dp_size == 1`` (N = sum_i rows_i: rows
+    without a valid token do not count; M = sum_i count_i) and a ValueError otherwise
+    (``require_global_count``); a given N counts what the caller counted (frameworks: every
+    sequence, rows without a valid token included).
     """
     if reduction == TOKEN_MEAN:
         if batch.global_num_tokens is None:
             require_global_count(batch, "global_num_tokens")
             return torch.ones_like(count) / count.sum().clamp_min(1)
         return torch.full_like(count, batch.dp_size) / batch.global_num_tokens
-    if reduction == SEQUENCE:
+    if reduction == TOKEN_SUM:
+        return torch.full_like(count, batch.dp_size)
+    if reduction in (SEQUENCE, SEQ_MEAN_TOKEN_SUM):
         per_row = rows
     elif reduction == SEQ_MEAN_TOKEN_MEAN:
         per_row = rows / count.clamp_min(1)
@@ -138,6 +148,8 @@ def reduce_tokens(
     seq-mean-token-mean      sum_i [sum_t m l / |o_i|] / N * dp_size (GRPO)
     seq-mean-token-sum-norm  sum_i [sum_t m l / L] / N * dp_size     (Dr.GRPO; L = norm_length,
                                                                       a constant)
+    token-sum                sum_{i,t} m l * dp_size
+    seq-mean-token-sum       sum_i [sum_t m l] / N * dp_size
     Missing global counts: local means with ``dp_size == 1``, ValueError otherwise
     (``require_global_count``).
     """

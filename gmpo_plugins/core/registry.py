@@ -145,6 +145,10 @@ class LossRegistry:
             pass
         if name in self._refused:
             raise LossNameCollisionError(self._refused[name])
+        from gmpo_plugins.core.losses import NOT_REGISTERED  # the built-in plugin's module
+
+        if name in NOT_REGISTERED:
+            raise UnknownLossError(f"loss {name!r} is not in the registry: {NOT_REGISTERED[name]}")
         hint = difflib.get_close_matches(str(name), self.names(), n=1)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise UnknownLossError(f"unknown loss {name!r}{suggestion}; available: {', '.join(self.names())}")

@@ -93,6 +93,12 @@ class LossSpec:
     impls           values its function accepts as the ``impl`` keyword (``types.Impl``):
                     empty for a loss with one formulation; a loss with a fused path lists
                     ``"eager"`` (its unfused formulation, the test oracle) among them
+    split_invariant True when any micro-batch or data-parallel split of a batch, with the
+                    global counts in ``BatchInfo``, gives the whole batch's gradient; False
+                    for a loss whose value depends on the batch it is given (clip_cov and
+                    kl_cov select tokens by a covariance over the micro-batch)
+    formula         the loss in one line, for ``gmpo-plugins list --markdown``
+    native          the frameworks that ship the loss themselves, as ``framework:name``
     provider        distribution that registered it (filled in by the registry)
     """
 
@@ -104,6 +110,9 @@ class LossSpec:
     clip_space: Literal["log", "ratio"] | None = None
     reductions: tuple[str, ...] = ()
     impls: tuple[Impl, ...] = ()
+    split_invariant: bool = True
+    formula: str = ""
+    native: tuple[str, ...] = ()
     provider: str = ""
 
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,7 +126,10 @@ class LossSpec:
             )
             raise TypeError(f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)}{hints}")
         params = {**self.defaults, **overrides}
-        check_hparams(self.name, params, reductions=self.reductions, ratio_space=self.clip_space == "ratio")
+        optional = tuple(name for name, value in self.defaults.items() if value is None)
+        check_hparams(
+            self.name, params, reductions=self.reductions, ratio_space=self.clip_space == "ratio", optional=optional
+        )
         return params
 
     def __call__(

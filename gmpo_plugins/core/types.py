@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-Reduction = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+Reduction = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum"]
 """How per-token losses become the micro-batch loss (``core.reduce.reduce_tokens``)."""
 Impl = Literal["auto", "eager", "torch", "triton"]
 """Which path computes a built-in loss: ``"eager"`` the unfused formulation (the test oracle),

@@ -26,7 +26,15 @@ def test_json_lists_every_loss_with_provider_and_defaults(capsys):
     assert rows["gmpo"]["defaults"]["eps_low"] == 0.4
     assert rows["gmpo"]["clip_space"] == "log"
     assert rows["grpo"]["defaults"]["reduction"] == "seq-mean-token-mean"
-    assert rows["grpo"]["reductions"] == ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+    assert rows["grpo"]["reductions"] == [
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+        "token-sum",
+        "seq-mean-token-sum",
+    ]
+    assert rows["gmpo"]["split_invariant"] is True
+    assert {name for name, row in rows.items() if not row["split_invariant"]} == {"clip_cov", "kl_cov"}
     assert rows["grpo"]["impls"] == ["auto", "eager", "torch"]
     assert rows["gmpo"]["reductions"] == [] and rows["gmpo"]["impls"] == ["auto", "eager", "torch", "triton"]
     assert rows["example_reinforce"]["impls"] == []
@@ -43,6 +51,7 @@ def test_console_script_prints_a_table():
     for name in BUILTINS:
         assert name in result.stdout
     assert "eps_low=0.4" in result.stdout and "gmpo-plugins" in result.stdout
+    assert "NOT split-invariant" in result.stdout
 
 
 @pytest.mark.parametrize("columns", [80, 100])

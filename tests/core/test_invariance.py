@@ -13,11 +13,15 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from .batches import random_batch
 from .reference import gmpo_reference
 
-BUILTIN = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins"]
+SPLIT_INVARIANT = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins" and spec.split_invariant]
 CASES = (
-    [(name, {}) for name in BUILTIN]
-    + [("grpo", {"reduction": reduction}) for reduction in ("token-mean", "seq-mean-token-sum-norm")]
-    + [("gmpo", {"kl_beta": 0.1})]
+    [(name, {}) for name in SPLIT_INVARIANT]
+    + [
+        ("grpo", {"reduction": reduction})
+        for reduction in ("token-mean", "seq-mean-token-sum-norm", "token-sum", "seq-mean-token-sum")
+    ]
+    + [("gpg", {"reduction": reduction}) for reduction in ("seq-mean-token-mean", "token-sum", "seq-mean-token-sum")]
+    + [("gmpo", {"kl_beta": 0.1}), ("dro", {"kl_beta": 0.1, "reduction": "seq-mean-token-sum"})]
 )
 
 

@@ -23,8 +23,8 @@ from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpr
 
 from ..registry_names import builtin_losses
 
-SEQUENCE_LOSSES = builtin_losses(sequence_level=True)
-TOKEN_LOSSES = builtin_losses(sequence_level=False)
+SEQUENCE_LOSSES = builtin_losses(sequence_level=True, fused=True)
+TOKEN_LOSSES = builtin_losses(sequence_level=False, fused=True)
 FUSED_LOSSES = SEQUENCE_LOSSES + TOKEN_LOSSES
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
 

@@ -82,7 +82,9 @@ def _configurations(name: str):
     spec = get_loss(name)
     hparams = [{}]
     if spec.reductions:
-        hparams = [{"reduction": reduction} for reduction in spec.reductions] + [{"dual_clip": 3.0}]
+        hparams = [{"reduction": reduction} for reduction in spec.reductions]
+    if "dual_clip" in spec.defaults:
+        hparams.append({"dual_clip": 3.0})
     impls = ["auto", "torch", "eager"] if name in WITH_IMPL else [None]
     batches = [
         BatchInfo(),

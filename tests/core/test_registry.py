@@ -17,7 +17,10 @@ from gmpo_plugins.core.registry import LossRegistry
 from .batches import random_batch
 
 # the built-in set, pinned here once; other tests read it from the registry (tests/registry_names.py)
-BUILTINS = {"gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"}
+BUILTINS = {
+    *("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"),
+    *("cispo", "sapo", "gpg", "dro", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov", "luspo", "vespo"),
+}
 
 
 def test_builtins_are_registered_by_gmpo_plugins():

@@ -95,7 +95,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _paths() -> list:
-    """(loss, impl) for every impl each built-in loss lists; Triton where it can run."""
+    """(loss, impl) for every impl each built-in loss lists (None for a loss with one
+    formulation); Triton where it can run."""
     needs_triton = pytest.mark.skipif(
         not TRITON_RUNS, reason="triton not installed, or neither CUDA nor TRITON_INTERPRET=1"
     )
@@ -103,7 +104,7 @@ def _paths() -> list:
         pytest.param(spec.name, impl, marks=[needs_triton] if impl == "triton" else [], id=f"{spec.name}-{impl}")
         for spec in list_losses()
         if spec.provider == "gmpo-plugins"
-        for impl in spec.impls
+        for impl in spec.impls or (None,)
     ]
 
 
@@ -163,10 +164,12 @@ def test_padding_and_empty_rows_are_inert(name, impl, data, estimator, validate,
         inputs = LossInputs(*(None if t is None else t.detach().to(TRITON_DEVICE) for t in vars(inputs).values()))
         inputs.log_probs.requires_grad_()
     hparams = {"kl_beta": 0.1, "kl_estimator": estimator}
-    if spec.sequence_level:
+    if "rollout_is_aggregation" in spec.defaults:
         hparams["rollout_is_aggregation"] = data.draw(st.sampled_from(IS_AGGREGATIONS))
-    else:
+    if "dual_clip" in spec.defaults:
         hparams["dual_clip"] = data.draw(st.sampled_from([None, 3.0]))
+    if spec.reductions:
+        hparams["reduction"] = data.draw(st.sampled_from(spec.reductions))
     batch = BatchInfo(global_batch_size=6, global_num_tokens=20) if counts else BatchInfo()
     out = spec(inputs, batch, validate=validate, impl=impl, **hparams)
     out.loss.backward()

@@ -136,10 +136,12 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
 
 
 def test_loss_paths_are_declared_by_the_spec():
-    for name in builtin_losses():
+    for name in builtin_losses(fused=True):
         spec = get_loss(name)
         assert {"auto", "eager", "torch"} <= set(spec.impls), name
         assert ("triton" in spec.impls) == spec.sequence_level, name
+    for name in builtin_losses(fused=False):  # one eager formulation: no impl keyword at all
+        assert get_loss(name).impls == (), name
     assert LossSpec(name="plain", fn=lambda inputs, batch: None, description="").impls == ()  # one formulation
 
 

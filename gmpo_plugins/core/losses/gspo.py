@@ -90,6 +90,14 @@ GSPO = LossSpec(
     name="gspo",
     fn=gspo_loss,
     description="GSPO: sequence-level geometric-mean ratio, clipped in ratio space",
+    formula="L_i = max(-A_i s_i, -A_i clamp(s_i, 1 - eps_low, 1 + eps_high)),  s_i = exp(mean_t r_t)",
+    native=(
+        "verl:gspo",
+        "trl:importance_sampling_level=sequence",
+        "skyrl:gspo",
+        "openrlhf:gspo",
+        "liger:importance_sampling_level=sequence",
+    ),
     defaults={
         "eps_low": 3e-4,
         "eps_high": 4e-4,

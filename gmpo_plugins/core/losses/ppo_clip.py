@@ -148,6 +148,8 @@ GRPO = LossSpec(
     name="grpo",
     fn=grpo_loss,
     description="GRPO: token-level PPO clip in ratio space, arithmetic mean",
+    formula="l_t = max(-A_t rho_t, -A_t clamp(rho_t, 1 - eps_low, 1 + eps_high)),  rho_t = exp(r_t)",
+    native=("verl:vanilla", "trl:grpo", "skyrl:regular", "openrlhf:ppo", "liger:grpo"),
     defaults=_defaults(SEQ_MEAN_TOKEN_MEAN, 0.2),
     clip_space="ratio",
     reductions=REDUCTIONS,
@@ -157,6 +159,8 @@ DAPO = LossSpec(
     name="dapo",
     fn=dapo_loss,
     description="DAPO: grpo with token-mean reduction and clip-higher",
+    formula="grpo's l_t, token-mean",
+    native=("verl:vanilla (token-mean)", "trl:dapo", "skyrl:regular (token_mean)", "liger:dapo"),
     defaults=_defaults(TOKEN_MEAN, 0.28),
     clip_space="ratio",
     reductions=(TOKEN_MEAN,),  # DAPO is defined by its token-mean
@@ -166,6 +170,13 @@ DR_GRPO = LossSpec(
     name="dr_grpo",
     fn=dr_grpo_loss,
     description="Dr.GRPO: grpo with per-sequence token sums over a constant length",
+    formula="grpo's l_t, sum_i [sum_t l_t / norm_length] / N",
+    native=(
+        "verl:vanilla (seq-mean-token-sum-norm)",
+        "trl:dr_grpo",
+        "skyrl:regular (seq_mean_token_sum_norm)",
+        "liger:dr_grpo",
+    ),
     defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
     clip_space="ratio",
     reductions=(SEQ_MEAN_TOKEN_SUM_NORM,),  # Dr.GRPO is defined by its constant-length sum
