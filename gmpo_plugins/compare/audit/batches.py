@@ -1,0 +1,104 @@
+"""The audit's batches and splits.
+
+Batches: the hard batches of ``gmpo-plugins parity`` (``parity.harness.parity_cases``) in
+float64, without its bfloat16 copy (float64 is the audit's precision) and its rollout
+IS-weight case (the audited setting has no rollout correction): near, far, guard, zero_adv.
+
+Splits: the batch's B rows over ``ranks`` simulated data-parallel ranks (row chunks), each
+rank's rows over ``micro`` micro-batches. A framework's caller computes each micro-batch's
+loss as its trainer does (the counts of ``Part``), the micro-batch gradients accumulate and
+the ranks' gradients are averaged, as DDP/FSDP/DeepSpeed all-reduce them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from gmpo_plugins.compare.parity.harness import ParityCase, parity_cases
+
+SKIPPED = ("bf16", "is_weights")
+
+
+@dataclass(frozen=True)
+class Split:
+    """``ranks`` simulated ranks of ``micro`` micro-batches each."""
+
+    micro: int = 1
+    ranks: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.micro} micro-batches" if self.ranks == 1 else f"{self.ranks} ranks"
+
+
+WHOLE = Split()
+SPLITS = (Split(micro=2), Split(micro=4), Split(ranks=2))
+FACTOR_SPLIT = Split(micro=4)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One micro-batch of a split, with the whole batch and the counts a trainer knows.
+
+    Args:
+        case: the whole batch (float64; log_probs is the leaf gradients accumulate in).
+        log_probs: (B, T) the leaf tensor (requires grad).
+        rows: indices of this micro-batch's rows.
+        rank_rows: indices of this rank's rows (its mini-batch).
+        micro: micro-batches per rank (the gradient accumulation steps).
+        ranks: data-parallel ranks.
+    """
+
+    case: ParityCase
+    log_probs: torch.Tensor
+    rows: torch.Tensor
+    rank_rows: torch.Tensor
+    micro: int
+    ranks: int
+
+    @property
+    def global_rows(self) -> int:
+        """B: the sequences of the global mini-batch, empty rows included."""
+        return int(self.case.mask.shape[0])
+
+    @property
+    def global_tokens(self) -> int:
+        """The valid tokens of the global mini-batch."""
+        return int(self.case.mask.sum())
+
+    @property
+    def nonempty_rows(self) -> int:
+        """The sequences of the global mini-batch with a valid token."""
+        return int((self.case.mask.sum(-1) > 0).sum())
+
+    def take(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This micro-batch's rows of a (B, ...) tensor."""
+        return tensor[self.rows]
+
+
+def audit_cases() -> list[ParityCase]:
+    """The hard batches in float64 (module docstring)."""
+    cases = []
+    for case in parity_cases():
+        if case.name in SKIPPED:
+            continue
+        cases.append(
+            ParityCase(
+                case.name,
+                case.log_probs.double(),
+                case.old_log_probs.double(),
+                case.advantages.double(),
+                case.mask,
+            )
+        )
+    return cases
+
+
+def parts(case: ParityCase, log_probs: torch.Tensor, split: Split) -> Iterator[Part]:
+    """The micro-batches of ``split``, rank by rank."""
+    for rank_rows in torch.arange(case.mask.shape[0]).chunk(split.ranks):
+        for rows in rank_rows.chunk(split.micro):
+            yield Part(case, log_probs, rows, rank_rows, split.micro, split.ranks)

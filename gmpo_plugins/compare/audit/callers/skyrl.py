@@ -1,0 +1,51 @@
+"""SkyRL: ``PolicyLossRegistry.get(call)`` with an ``AlgorithmConfig`` (``trainer.algorithm``)
+carrying the fields, fed as SkyRL's trainer and policy worker feed it.
+
+SkyRL's trainer scales the advantages of the whole mini-batch (all ranks) with
+``apply_loss_reduction_to_advantages_minibatch`` before dispatching it (micro_batch_size =
+rows per micro-batch, ``max_seq_len`` from the config), advantages laid out per token (B, T);
+each worker calls the loss on its micro-batch rows (a masked sum) and back-propagates it
+times ``dp_size`` (``_forward_backward_micro``); DDP averages the ranks' gradients.
+Metrics: ``clip_ratio`` -> ``clip_frac``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gmpo_plugins.compare.audit.batches import Part
+from gmpo_plugins.compare.audit.translations import Reference
+
+METRICS = {"clip_ratio": "clip_frac"}
+
+
+def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch through SkyRL's policy-loss registry (module docstring)."""
+    from skyrl.backends.skyrl_train.utils.ppo_utils import (
+        PolicyLossRegistry,
+        apply_loss_reduction_to_advantages_minibatch,
+    )
+    from skyrl.train.config import AlgorithmConfig
+
+    config = AlgorithmConfig(policy_loss_type=reference.call, **settings)
+    mask = part.case.mask.to(part.log_probs.dtype)
+    rows_per_micro = len(part.rows)
+    scaled = apply_loss_reduction_to_advantages_minibatch(
+        advantages=part.case.advantages[:, None] * mask,
+        loss_mask=mask,
+        loss_reduction=config.loss_reduction,
+        micro_batch_size=rows_per_micro,
+        max_seq_len=config.max_seq_len,
+    )
+    loss, metrics = PolicyLossRegistry.get(reference.call)(
+        part.take(part.log_probs),
+        part.take(part.case.old_log_probs),
+        part.take(scaled),
+        config=config,
+        loss_mask=part.take(mask),
+        rollout_logprobs=None,
+    )
+    return loss * part.ranks, {METRICS[key]: float(value) for key, value in metrics.items() if key in METRICS}

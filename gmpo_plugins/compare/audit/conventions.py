@@ -1,0 +1,73 @@
+"""The conventions a framework's loss may differ from the registry by: data, one entry each.
+
+A convention is a name, one sentence saying what the framework does differently, and, where
+the registry can model it, the registry hyper-parameters (``core_hparams``) or the sequence
+count (``count_empty_rows``) that reproduce it. A cell that differs from the registry is
+"differs by a named convention" only when its translation (``translations.py``) names the
+convention; when every named convention is modelled, the registry with the modelled setting
+must then match the framework within the tolerance (``verified``), else the cell is
+"differs (unexplained)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One named convention.
+
+    Args:
+        name: short identifier, quoted in the table and the docs.
+        explanation: one sentence: what the framework does and what the registry does.
+        core_hparams: registry hyper-parameters that reproduce it (empty: not modelled).
+        count_empty_rows: False when the framework leaves rows without a valid token out of
+            the sequence count a sequence mean divides by (the registry counts every row).
+    """
+
+    name: str
+    explanation: str
+    core_hparams: Mapping[str, Any] = field(default_factory=dict)
+    count_empty_rows: bool = True
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the registry can be set to reproduce this convention."""
+        return bool(self.core_hparams) or not self.count_empty_rows
+
+
+_ALL = (
+    Convention(
+        "dual_clip_always_on",
+        "verl's vanilla loss always applies dual-clip PPO to A < 0 (clip_ratio_c, default 3, must be > 1, so it "
+        "cannot be switched off); the registry's grpo family has dual_clip=None.",
+        core_hparams={"dual_clip": 3.0},
+    ),
+    Convention(
+        "no_overflow_guard",
+        "The framework exponentiates each token's log ratio as it is; the registry bounds it at +-20 "
+        "(log_ratio_bound) first, which changes rows with a log ratio beyond 20 (the guard batch).",
+        core_hparams={"log_ratio_bound": 60.0},
+    ),
+    Convention(
+        "sequence_log_ratio_clamp_10",
+        "The framework clamps the log sequence ratio at +10 (no lower bound) where the registry bounds each "
+        "token's log ratio at +-20, which changes a row whose mean log ratio exceeds 10 (the guard batch).",
+    ),
+    Convention(
+        "empty_rows_not_counted",
+        "The framework's sequence mean divides by the number of rows with a valid token; the registry divides by "
+        "every row of the batch (BatchInfo.global_batch_size), empty rows included.",
+        count_empty_rows=False,
+    ),
+    Convention(
+        "empty_row_constant",
+        "The framework gives a row without a valid token the constant -A_i (exp of an empty mean) in its mean "
+        "over rows; the registry gives it 0 (loss value only, the gradient is equal).",
+    ),
+)
+
+CONVENTIONS: dict[str, Convention] = {convention.name: convention for convention in _ALL}
