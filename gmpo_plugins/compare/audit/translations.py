@@ -77,9 +77,7 @@ _NO_CLIP = 1000.0  # log-space bound no log ratio of the batches reaches: GMPO w
 
 TRANSLATIONS: dict[str, dict[str, Translation]] = {
     "verl": {
-        "grpo": Reference(
-            "vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("dual_clip_always_on",)
-        ),
+        "grpo": Reference("vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("dual_clip_always_on",)),
         "dapo": Reference("vanilla", _fields(_VERL, loss_agg_mode="token-mean"), ("dual_clip_always_on",)),
         "dr_grpo": Reference(
             "vanilla",
@@ -140,7 +138,10 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             _fields(_LIGER, loss_type="dr_grpo") | {"max_completion_length": From("norm_length")},
             ("no_overflow_guard",),
         ),
-        "gspo": Reference("LigerFusedLinearGRPOLoss", _fields(_LIGER, loss_type="grpo", importance_sampling_level="sequence"), ("no_overflow_guard",)
+        "gspo": Reference(
+            "LigerFusedLinearGRPOLoss",
+            _fields(_LIGER, loss_type="grpo", importance_sampling_level="sequence"),
+            ("no_overflow_guard",),
         ),
     },
 }

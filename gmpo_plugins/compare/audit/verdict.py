@@ -91,7 +91,9 @@ class Evaluation:
         return math.isfinite(self.loss) and bool(torch.isfinite(self.grad).all())
 
 
-def run_framework(module: Any, reference: Reference, settings: Mapping[str, Any], case: ParityCase, split: Split) -> Evaluation:
+def run_framework(
+    module: Any, reference: Reference, settings: Mapping[str, Any], case: ParityCase, split: Split
+) -> Evaluation:
     """The framework's loss and gradient on ``case`` in ``split`` (``batches`` docstring)."""
     log_probs = case.log_probs.clone().requires_grad_(True)
     total, metrics = 0.0, {}

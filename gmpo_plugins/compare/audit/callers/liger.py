@@ -27,7 +27,9 @@ from gmpo_plugins.compare.audit.translations import Reference
 _PER_MICRO_BATCH_MEAN = ("grpo", "bnpo", "dr_grpo", "sapo", "luspo")
 
 
-def shifted(log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def shifted(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(current, old) log-probs shifted per token below 0 (module docstring); padding -1."""
     shift = -torch.maximum(log_probs.detach(), old_log_probs) - 1.0
     current = torch.where(mask, log_probs + shift, torch.full_like(log_probs, -1.0))
@@ -43,7 +45,9 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
     current, old = shifted(part.take(part.log_probs), part.take(part.case.old_log_probs), mask)
     hidden = LogProbToHidden.apply(current)
     weight = torch.tensor([[1.0], [0.0]], dtype=current.dtype)
-    module = LigerFusedLinearGRPOLoss(beta=0.0, compiled=False, use_ref_model=False, chunk_size=len(part.rows), **settings)
+    module = LigerFusedLinearGRPOLoss(
+        beta=0.0, compiled=False, use_ref_model=False, chunk_size=len(part.rows), **settings
+    )
     loss, metrics = module(
         hidden,
         weight,
