@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     _print(cells, [name for name in FRAMEWORKS if name not in frameworks])
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.document(cells, frameworks), indent=1) + "\n")
+        command = "gmpo-plugins audit" + (f" --frameworks {args.frameworks}" if args.frameworks else "")
+        command += (f" --losses {args.losses}" if args.losses else "") + f" --json {args.json}"
+        args.json.write_text(json.dumps(report.document(cells, frameworks, command), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

@@ -144,7 +144,8 @@ def markdown(merged: Mapping[str, Any]) -> str:
             if cell is None or cell["verdict"] in ("identical", "not shipped"):
                 continue
             metric = f"{cell['metric_key']}: {cell['d_metric']:.3g}" if cell.get("d_metric") is not None else "-"
-            lines.append(f"| {loss} | {name} | `{cell['call']}` | {short(cell)} | {cause(cell)} | {metric} |")
+            call = f"`{cell['call']}`" if cell["call"] else "-"
+            lines.append(f"| {loss} | {name} | {call} | {short(cell)} | {cause(cell)} | {metric} |")
     lines += ["", "## Conventions", ""]
     for convention in CONVENTIONS.values():
         modelled = (

@@ -1,0 +1,42 @@
+"""``gmpo-plugins audit`` in the verl environment: the live verdicts of verl's own losses
+against docs/audit/verl.json, and the smallest reproducer of verl's geo_mean micro-batch mean
+(verl-project/verl#7913)."""
+
+from __future__ import annotations
+
+import torch
+
+from gmpo_plugins.compare.audit.callers.verl import actor_config
+
+from ..audit_cells import assert_cells_unchanged
+
+
+def test_verdicts_match_committed_cells():
+    assert_cells_unchanged("verl")
+
+
+def test_upstream_geo_mean_scales_with_micro_batches():
+    """Two identical one-token rows, A = 1, log ratio 0 (ratio 1, inside the clip): the
+    whole-batch loss is -mean_i A_i * 1 = -1 and d/dl per token = -1/2. As verl's engine
+    runs it in two micro-batches (each loss back-propagated unscaled, global_batch_info set
+    to the global counts) each micro-batch gives -1 with gradient -1: accumulated loss -2
+    and gradient -1 per token, twice the whole batch. Fails once geo_mean honours
+    global_batch_info."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    config = actor_config("geo_mean", {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4, "loss_agg_mode": "token-mean"})
+    config.global_batch_info.update(dp_size=1, global_batch_size=2, batch_num_tokens=2, loss_scale_factor=None)
+    log_prob = torch.full((2, 1), -1.0, dtype=torch.float64, requires_grad=True)
+    old, advantages, mask = log_prob.detach().clone(), torch.ones(2, 1, dtype=torch.float64), torch.ones(2, 1)
+    geo_mean = get_policy_loss_fn("geo_mean")
+
+    whole, _ = geo_mean(old, log_prob, advantages, mask, "token-mean", config, None)
+    (whole_grad,) = torch.autograd.grad(whole, log_prob)
+    accumulated = 0.0
+    for row in (slice(0, 1), slice(1, 2)):
+        part, _ = geo_mean(old[row], log_prob[row], advantages[row], mask[row], "token-mean", config, None)
+        part.backward()
+        accumulated += float(part.detach())
+
+    assert float(whole.detach()) == -1.0 and whole_grad.flatten().tolist() == [-0.5, -0.5]
+    assert accumulated == -2.0 and log_prob.grad.flatten().tolist() == [-1.0, -1.0]
