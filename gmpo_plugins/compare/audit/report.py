@@ -92,7 +92,8 @@ def cause(cell: Mapping[str, Any]) -> str:
 
 def matrix(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], Mapping[str, Any]]]:
     """(losses, frameworks, {(loss, framework): cell}) in table order."""
-    frameworks = [name for name in FRAMEWORKS if any(cell["framework"] == name for cell in cells)]
+    present = {cell["framework"] for cell in cells}
+    frameworks = [name for name in FRAMEWORKS if name in present] + sorted(present - set(FRAMEWORKS))
     losses = sorted({cell["loss"] for cell in cells})
     return losses, frameworks, {(cell["loss"], cell["framework"]): cell for cell in cells}
 

@@ -196,7 +196,12 @@ def _explain(cell: Cell, module: Any, entry: Reference, settings: Mapping[str, A
         cell.verdict = "differs"
         cell.note = "no named convention accounts for the difference"
         return cell
-    modelled = [name for name in cell.conventions if CONVENTIONS[name].modelled]
+    known = get_loss(cell.loss).defaults
+    modelled = [
+        name
+        for name in cell.conventions
+        if CONVENTIONS[name].modelled and set(CONVENTIONS[name].core_hparams) <= set(known)
+    ]
     residual = 0.0
     for case in batches.audit_cases():
         whole = run_framework(module, entry, settings, case, batches.WHOLE)
