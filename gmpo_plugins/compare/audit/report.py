@@ -16,7 +16,7 @@ from gmpo_plugins.compare.audit.callers import FRAMEWORKS
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
 from gmpo_plugins.compare.audit.defects import DEFECTS
 from gmpo_plugins.compare.audit.verdict import TOLERANCE, Cell, audit_cell
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.registry import DISTRIBUTION, list_losses
 
 COMMAND = "gmpo-plugins audit"
 MERGE_COMMAND = "gmpo-plugins audit --merge docs/audit/*.json --markdown docs/audit.md"
@@ -24,12 +24,12 @@ MERGE_COMMAND = "gmpo-plugins audit --merge docs/audit/*.json --markdown docs/au
 
 def registry_losses() -> list[str]:
     """The built-in losses of the registry (plugins' losses have no framework references)."""
-    return sorted(spec.name for spec in list_losses() if spec.provider == "gmpo-plugins")
+    return sorted(spec.name for spec in list_losses() if spec.provider == DISTRIBUTION)
 
 
 def run_audit(frameworks: Sequence[str], losses: Sequence[str]) -> list[Cell]:
     """Every (loss, framework) cell, framework by framework (each imported once)."""
-    cells = []
+    cells: list[Cell] = []
     for name in frameworks:
         caller = FRAMEWORKS[name]
         module = caller.load()
@@ -80,7 +80,8 @@ def cause(cell: Mapping[str, Any]) -> str:
     if cell.get("d_loss") is not None:
         parts.append(f"dloss {cell['d_loss']:.3g}, dgrad {cell['d_grad']:.3g}")
     if cell["verdict"] == "split-dependent":
-        parts.append(f"split {cell['d_split']:.3g} at {cell['worst_split']}")
+        deltas = ", ".join(f"{label} {delta:.3g}" for label, delta in cell["split_deltas"].items())
+        parts.append(f"split differences: {deltas}")
     if cell["conventions"]:
         parts.append(
             "whole batch: " + ", ".join(cell["conventions"]) + ("" if cell.get("verified") else " (unverified)")
