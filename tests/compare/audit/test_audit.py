@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from gmpo_plugins.cli.main import main
 from gmpo_plugins.compare.audit import report, translations
 from gmpo_plugins.compare.audit.callers import FRAMEWORKS, Caller
 from gmpo_plugins.compare.audit.translations import CannotExpress, Reference
@@ -64,10 +63,3 @@ def test_merge_and_markdown(fake, tmp_path):
     assert "gmpo-plugins audit --json a.json" in page
     with pytest.raises(ValueError, match="grpo / fake"):
         report.merge([first, first])
-
-
-def test_cli_usage_errors(tmp_path, capsys):
-    assert main(["audit", "--markdown", str(tmp_path / "x.md")]) == 2
-    assert main(["audit", "--merge", str(tmp_path / "missing.json"), "--markdown", str(tmp_path / "x.md")]) == 2
-    assert main(["audit", "--frameworks", "nope"]) == 2
-    assert "--frameworks" in capsys.readouterr().err
