@@ -40,3 +40,13 @@ def test_upstream_geo_mean_scales_with_micro_batches():
 
     assert float(whole.detach()) == -1.0 and whole_grad.flatten().tolist() == [-0.5, -0.5]
     assert accumulated == -2.0 and log_prob.grad.flatten().tolist() == [-1.0, -1.0]
+
+
+def test_policy_loss_section_settings_reach_verls_policy_loss_config():
+    """A translation's ``policy_loss.<field>`` (a dotted name) sets verl's PolicyLossConfig."""
+    config = actor_config("clip_cov", {"policy_loss.clip_cov_ratio": 0.5, "clip_ratio_low": 0.3})
+    assert (config.policy_loss.loss_mode, config.policy_loss.clip_cov_ratio, config.clip_ratio_low) == (
+        "clip_cov",
+        0.5,
+        0.3,
+    )

@@ -11,7 +11,9 @@ data only. Adding a loss to the audit means adding its entries here.
         fields       the config fields a user sets: verl ``ActorConfig``, TRL ``GRPOConfig`` /
                      ``GMPOConfig``, SkyRL ``AlgorithmConfig``, OpenRLHF ``PolicyLoss`` and
                      Liger-Kernel ``LigerFusedLinearGRPOLoss`` arguments; ``From(name)`` is the
-                     registry loss's default of hyper-parameter ``name`` (``spec.resolve({})``)
+                     registry loss's default of hyper-parameter ``name`` (``spec.resolve({})``);
+                     a dotted name ``section.field`` sets a field of a nested config (verl's
+                     ``policy_loss``, SkyRL's ``sapo``, ``cispo``, ``clip_cov``, ...)
         conventions  names of ``conventions.CONVENTIONS`` the framework's result differs by
     CannotExpress(reason)
         the framework ships the method but cannot be set to the registry's setting
@@ -51,6 +53,19 @@ class Reference:
         """The call and its fixed fields, as the table shows them."""
         fixed = [f"{key}={value}" for key, value in self.fields.items() if not isinstance(value, From)]
         return " ".join([self.call, *fixed])
+
+
+def sections(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(top-level fields, {section: its fields}) of resolved settings with dotted names."""
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        section, dot, name = key.partition(".")
+        if dot:
+            nested.setdefault(section, {})[name] = value
+        else:
+            top[key] = value
+    return top, nested
 
 
 @dataclass(frozen=True)

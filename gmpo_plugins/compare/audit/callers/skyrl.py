@@ -6,20 +6,31 @@ SkyRL's trainer scales the advantages of the whole mini-batch (all ranks) with
 rows per micro-batch, ``max_seq_len`` from the config), advantages laid out per token (B, T);
 each worker calls the loss on its micro-batch rows (a masked sum) and back-propagates it
 times ``dp_size`` (``_forward_backward_micro``); DDP averages the ranks' gradients.
-Metrics: ``clip_ratio`` -> ``clip_frac``.
+Metrics: ``clip_ratio`` -> ``clip_frac``. SkyRL takes exp of the log ratio in float32
+(``safe_exp_delta``), so its float64 results agree with the registry to about 2e-7.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from gmpo_plugins.compare.audit.batches import Part
-from gmpo_plugins.compare.audit.translations import Reference
+from gmpo_plugins.compare.audit.translations import Reference, sections
 
 METRICS = {"clip_ratio": "clip_frac"}
+
+
+def algorithm_config(config_class: Any, call: str, settings: Mapping[str, Any]) -> Any:
+    """SkyRL's ``AlgorithmConfig`` for ``call``; ``<section>.<field>`` settings replace fields of its
+    nested section configs (``sapo``, ``cispo``, ``clip_cov``, ...)."""
+    top, nested = sections(settings)
+    defaults = config_class()
+    replaced = {name: dataclasses.replace(getattr(defaults, name), **fields) for name, fields in nested.items()}
+    return config_class(policy_loss_type=call, **top, **replaced)
 
 
 def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
@@ -30,7 +41,7 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
     )
     from skyrl.train.config import AlgorithmConfig
 
-    config = AlgorithmConfig(policy_loss_type=reference.call, **settings)
+    config = algorithm_config(AlgorithmConfig, reference.call, settings)
     mask = part.case.mask.to(part.log_probs.dtype)
     rows_per_micro = len(part.rows)
     scaled = apply_loss_reduction_to_advantages_minibatch(

@@ -16,24 +16,29 @@ from typing import Any
 import torch
 
 from gmpo_plugins.compare.audit.batches import Part
-from gmpo_plugins.compare.audit.translations import Reference
+from gmpo_plugins.compare.audit.translations import Reference, sections
 
 METRICS = {"actor/pg_clipfrac": "clip_frac", "actor/ppo_kl": "ppo_kl"}
 _CONFIGS: dict[tuple, Any] = {}
 
 
 def actor_config(call: str, settings: Mapping[str, Any]) -> Any:
-    """verl's actor config for the loss ``call`` with ``settings`` (cached: verl's configs are frozen)."""
+    """verl's actor config for the loss ``call`` with ``settings`` (cached: verl's configs are frozen);
+    ``policy_loss.<field>`` settings go to its ``PolicyLossConfig``."""
     key = (call, tuple(sorted(settings.items())))
     if key not in _CONFIGS:
         from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
+        top, nested = sections(settings)
+        unknown = sorted(set(nested) - {"policy_loss"})
+        if unknown:
+            raise ValueError(f"verl: settings: nested config sections must be 'policy_loss', got {unknown}")
         _CONFIGS[key] = FSDPActorConfig(
             strategy="fsdp",
             rollout_n=1,
             ppo_micro_batch_size_per_gpu=1,
-            policy_loss=PolicyLossConfig(loss_mode=call),
-            **settings,
+            policy_loss=PolicyLossConfig(loss_mode=call, **nested.get("policy_loss", {})),
+            **top,
         )
     return _CONFIGS[key]
 
