@@ -10,8 +10,9 @@ loss depends on their difference only; padding is set to -1).
 
 Liger-Kernel has no trainer of its own; its ``num_items_in_batch`` is TRL's, so micro-batches
 are accumulated as TRL's trainer accumulates them: each micro-batch loss divided by the
-accumulation steps G (grpo, dr_grpo, bnpo; dapo divides by ``num_items_in_batch`` = the
-generation batch's valid tokens over the ranks, per rank), ranks averaged.
+accumulation steps G (grpo, dr_grpo, bnpo); dapo divides by ``num_items_in_batch`` (the
+generation batch's valid tokens over all ranks) over the world size, which is 1 in this
+process, so the caller passes the valid tokens / ranks; ranks averaged.
 """
 
 from __future__ import annotations
