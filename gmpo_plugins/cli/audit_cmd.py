@@ -76,14 +76,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(cells: list, skipped: list[str]) -> None:
+    """The verdict table (losses x frameworks), then one line per cell that is not identical."""
     from gmpo_plugins.compare.audit import report
 
     dicts = [cell.as_dict() for cell in cells]
-    losses, frameworks, by_key = report.matrix(dicts)
-    width = max(len(report.short(cell)) for cell in dicts) if dicts else 10
-    print(f"{'loss':14}" + "".join(f"{name:{width + 2}}" for name in frameworks))
-    for loss in losses:
-        print(f"{loss:14}" + "".join(f"{report.short(by_key[(loss, name)]):{width + 2}}" for name in frameworks))
+    if dicts:
+        losses, frameworks, by_key = report.matrix(dicts)
+        width = max(len(report.short(cell)) for cell in dicts) + 2
+        print(f"{'loss':14}" + "".join(f"{name:{width}}" for name in frameworks))
+        for loss in losses:
+            print(f"{loss:14}" + "".join(f"{report.short(by_key[(loss, name)]):{width}}" for name in frameworks))
+    else:
+        print("no framework the audit calls is installed here")
     for cell in dicts:
         if cell["verdict"] not in ("identical", "not shipped"):
             where = f"{cell['loss']} / {cell['framework']} ({cell['call'] or '-'})"
