@@ -7,7 +7,10 @@ IS-weight case (the audited setting has no rollout correction): near, far, guard
 Splits: the batch's B rows over ``ranks`` simulated data-parallel ranks (row chunks), each
 rank's rows over ``micro`` micro-batches. A framework's caller computes each micro-batch's
 loss as its trainer does (the counts of ``Part``), the micro-batch gradients accumulate and
-the ranks' gradients are averaged, as DDP/FSDP/DeepSpeed all-reduce them.
+the ranks' gradients are averaged, as DDP/FSDP/DeepSpeed all-reduce them. ``generations``:
+the rollout (generation) batch spans that many optimizer steps, the others copies of this
+one; only TRL normalises by the generation batch (``steps_per_generation`` = micro x
+generations, ``num_items_in_batch`` its tokens), the others per optimizer step.
 """
 
 from __future__ import annotations
@@ -28,14 +31,16 @@ class Split:
 
     micro: int = 1
     ranks: int = 1
+    generations: int = 1
 
     @property
     def label(self) -> str:
-        return f"{self.micro} micro-batches" if self.ranks == 1 else f"{self.ranks} ranks"
+        label = f"{self.micro} micro-batches" if self.ranks == 1 else f"{self.ranks} ranks"
+        return label if self.generations == 1 else f"{label}, generation batch of {self.generations} steps"
 
 
 WHOLE = Split()
-SPLITS = (Split(micro=2), Split(micro=4), Split(ranks=2))
+SPLITS = (Split(micro=2), Split(micro=4), Split(ranks=2), Split(micro=2, generations=2))
 FACTOR_SPLIT = Split(micro=4)
 
 
@@ -50,6 +55,7 @@ class Part:
         rank_rows: indices of this rank's rows (its mini-batch).
         micro: micro-batches per rank (the gradient accumulation steps).
         ranks: data-parallel ranks.
+        generations: optimizer steps the generation batch spans (this one and copies).
     """
 
     case: ParityCase
@@ -58,6 +64,7 @@ class Part:
     rank_rows: torch.Tensor
     micro: int
     ranks: int
+    generations: int = 1
 
     @property
     def global_rows(self) -> int:
@@ -101,4 +108,4 @@ def parts(case: ParityCase, log_probs: torch.Tensor, split: Split) -> Iterator[P
     """The micro-batches of ``split``, rank by rank."""
     for rank_rows in torch.arange(case.mask.shape[0]).chunk(split.ranks):
         for rows in rank_rows.chunk(split.micro):
-            yield Part(case, log_probs, rows, rank_rows, split.micro, split.ranks)
+            yield Part(case, log_probs, rows, rank_rows, split.micro, split.ranks, split.generations)

@@ -5,9 +5,9 @@ replaced is the model forward: ``compare.backends.trl_gmpo.TensorTrainer`` retur
 batch's log-probs (the audit has no model).
 
 As TRL's trainer runs it: G = micro-batches per rank accumulation steps
-(``current_gradient_accumulation_steps`` and ``steps_per_generation``), ``num_items_in_batch``
-= the valid tokens of the whole generation batch over all ranks, ``accelerator.num_processes``
-= the ranks; the loss ``_compute_loss`` returns is the one back-propagated (it divides by G
+(``current_gradient_accumulation_steps``), ``steps_per_generation`` = G x the optimizer steps
+the generation batch spans, ``num_items_in_batch`` = the valid tokens of the whole generation
+batch over all ranks, ``accelerator.num_processes`` = the ranks; the loss ``_compute_loss`` returns is the one back-propagated (it divides by G
 itself); DDP averages the ranks' gradients. Metrics: ``clip_ratio/*`` -> core names.
 """
 
@@ -65,12 +65,12 @@ class ConfiguredTrainer(TensorTrainer):
 def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch through TRL's ``_compute_loss`` (module docstring)."""
     args = trainer_config(reference.call, settings)
-    args.steps_per_generation = part.micro
+    args.steps_per_generation = part.micro * part.generations
     log_probs = part.take(part.log_probs)
     inputs = completion_inputs(
         log_probs, part.take(part.case.old_log_probs), part.take(part.case.advantages), part.take(part.case.mask)
     )
-    inputs["num_items_in_batch"] = torch.tensor(part.global_tokens)
+    inputs["num_items_in_batch"] = torch.tensor(part.global_tokens * part.generations)
     trainer = ConfiguredTrainer(args, log_probs, part.micro, part.ranks)
     if reference.call == "GMPOTrainer":
         from trl.experimental.gmpo import GMPOTrainer as trainer_class
