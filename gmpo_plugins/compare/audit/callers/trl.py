@@ -7,8 +7,9 @@ batch's log-probs (the audit has no model).
 As TRL's trainer runs it: G = micro-batches per rank accumulation steps
 (``current_gradient_accumulation_steps``), ``steps_per_generation`` = G x the optimizer steps
 the generation batch spans, ``num_items_in_batch`` = the valid tokens of the whole generation
-batch over all ranks, ``accelerator.num_processes`` = the ranks; the loss ``_compute_loss`` returns is the one back-propagated (it divides by G
-itself); DDP averages the ranks' gradients. Metrics: ``clip_ratio/*`` -> core names.
+batch over all ranks, ``accelerator.num_processes`` = the ranks; the loss ``_compute_loss``
+returns is the one back-propagated (it divides by G itself); DDP averages the ranks'
+gradients. Metrics: ``clip_ratio/*`` -> core names.
 """
 
 from __future__ import annotations
