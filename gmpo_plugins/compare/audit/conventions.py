@@ -47,12 +47,6 @@ class Convention:
 
 _ALL = (
     Convention(
-        "dual_clip_always_on",
-        "verl's vanilla loss always applies dual-clip PPO to A < 0 (clip_ratio_c, default 3, must be > 1, so it "
-        "cannot be switched off); the registry's grpo family has dual_clip=None.",
-        core_hparams={"dual_clip": 3.0},
-    ),
-    Convention(
         "no_overflow_guard",
         "The framework exponentiates each token's log ratio as it is; the registry bounds it at +-20 "
         "(log_ratio_bound) first, which changes rows with a log ratio beyond 20 (the guard batch).",

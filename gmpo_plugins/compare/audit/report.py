@@ -148,6 +148,21 @@ def markdown(merged: Mapping[str, Any]) -> str:
             metric = f"{cell['metric_key']}: {cell['d_metric']:.3g}" if cell.get("d_metric") is not None else "-"
             call = f"`{cell['call']}`" if cell["call"] else "-"
             lines.append(f"| {loss} | {name} | {call} | {short(cell)} | {cause(cell)} | {metric} |")
+    lines += [
+        "",
+        "## The setting in each framework",
+        "",
+        "The registry's defaults of each loss, as each framework's users set them (what the audit runs).",
+        "",
+        "| loss | framework | setting | note |",
+        "|---|---|---|---|",
+    ]
+    for loss in losses:
+        for name in frameworks:
+            cell = by_key.get((loss, name))
+            if cell is None or not cell.get("setting"):
+                continue
+            lines.append(f"| {loss} | {name} | `{cell['setting']}` | {cell.get('translation_note') or ''} |")
     lines += ["", "## Conventions", ""]
     for convention in CONVENTIONS.values():
         modelled = (

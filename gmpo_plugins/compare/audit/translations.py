@@ -3,7 +3,7 @@ data only. Adding a loss to the audit means adding its entries here.
 
 ``TRANSLATIONS[framework][loss]`` is
 
-    Reference(call, fields, conventions)
+    Reference(call, fields, conventions, note)
         call         the framework's own entry point for the loss: verl's loss_mode
                      (``get_policy_loss_fn``), TRL's trainer class, SkyRL's policy_loss_type
                      (``PolicyLossRegistry``), OpenRLHF's policy_loss_type (``PolicyLoss``),
@@ -15,6 +15,7 @@ data only. Adding a loss to the audit means adding its entries here.
                      a dotted name ``section.field`` sets a field of a nested config (verl's
                      ``policy_loss``, SkyRL's ``sapo``, ``cispo``, ``clip_cov``, ...)
         conventions  names of ``conventions.CONVENTIONS`` the framework's result differs by
+        note         what a user of the framework must know to get this setting (shown in the docs)
     CannotExpress(reason)
         the framework ships the method but cannot be set to the registry's setting
 
@@ -23,6 +24,7 @@ A registry loss without an entry for a framework is "not shipped" there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +34,16 @@ from gmpo_plugins.compare.audit.conventions import CONVENTIONS
 
 @dataclass(frozen=True)
 class From:
-    """A config field's value: the registry default of hyper-parameter ``name``."""
+    """A config field's value: the registry default of hyper-parameter ``name``, or ``if_none``
+    where that default is None and the framework spells "off" otherwise."""
 
     name: str
+    if_none: Any = None
+
+    def value(self, hparams: Mapping[str, Any]) -> Any:
+        """The field's value for the registry's resolved ``hparams``."""
+        found = hparams[self.name]
+        return self.if_none if found is None else found
 
 
 @dataclass(frozen=True)
@@ -44,15 +53,20 @@ class Reference:
     call: str
     fields: Mapping[str, Any] = field(default_factory=dict)
     conventions: tuple[str, ...] = ()
+    note: str = ""
 
     def settings(self, hparams: Mapping[str, Any]) -> dict[str, Any]:
-        """``fields`` with every ``From(name)`` replaced by ``hparams[name]``."""
-        return {key: hparams[value.name] if isinstance(value, From) else value for key, value in self.fields.items()}
+        """``fields`` with every ``From`` replaced by its value for ``hparams``."""
+        return {key: value.value(hparams) if isinstance(value, From) else value for key, value in self.fields.items()}
 
     def label(self) -> str:
         """The call and its fixed fields, as the table shows them."""
         fixed = [f"{key}={value}" for key, value in self.fields.items() if not isinstance(value, From)]
         return " ".join([self.call, *fixed])
+
+    def spelled(self, hparams: Mapping[str, Any]) -> str:
+        """The call and every field with its value for ``hparams``, as a user sets them."""
+        return " ".join([self.call, *(f"{key}={value}" for key, value in self.settings(hparams).items())])
 
 
 def sections(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -89,15 +103,23 @@ _SKYRL = {"eps_clip_low": "eps_low", "eps_clip_high": "eps_high"}
 _OPENRLHF = {"clip_eps_low": "eps_low", "clip_eps_high": "eps_high"}
 _LIGER = {"epsilon_low": "eps_low", "epsilon_high": "eps_high"}
 _NO_CLIP = 1000.0  # log-space bound no log ratio of the batches reaches: GMPO without clipping
+_NO_CLIP_NOTE = "no switch turns the clip off; a log-space bound of 1000 is never reached"
+_DUAL = {"clip_ratio_c": From("dual_clip", if_none=math.inf)}
+_DUAL_NOTE = (
+    "verl's vanilla loss applies dual-clip PPO to A < 0 with clip_ratio_c = 3 unless told otherwise; the "
+    "registry's dual_clip=None is clip_ratio_c=inf"
+)
 
 TRANSLATIONS: dict[str, dict[str, Translation]] = {
     "verl": {
-        "grpo": Reference("vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("dual_clip_always_on",)),
-        "dapo": Reference("vanilla", _fields(_VERL, loss_agg_mode="token-mean"), ("dual_clip_always_on",)),
+        "grpo": Reference("vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-mean") | _DUAL, note=_DUAL_NOTE),
+        "dapo": Reference("vanilla", _fields(_VERL, loss_agg_mode="token-mean") | _DUAL, note=_DUAL_NOTE),
         "dr_grpo": Reference(
             "vanilla",
-            _fields(_VERL, loss_agg_mode="seq-mean-token-sum-norm") | {"loss_scale_factor": From("norm_length")},
-            ("dual_clip_always_on",),
+            _fields(_VERL, loss_agg_mode="seq-mean-token-sum-norm")
+            | {"loss_scale_factor": From("norm_length")}
+            | _DUAL,
+            note=_DUAL_NOTE,
         ),
         "gspo": Reference(
             "gspo", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("sequence_log_ratio_clamp_10",)
@@ -107,6 +129,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             "geo_mean",
             {"clip_ratio_low": _NO_CLIP, "clip_ratio_high": _NO_CLIP, "loss_agg_mode": "token-mean"},
             ("no_overflow_guard",),
+            note=_NO_CLIP_NOTE,
         ),
     },
     "trl": {
@@ -124,7 +147,10 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
         ),
         "gmpo": Reference("GMPOTrainer", _fields(_TRL), ("no_overflow_guard", "empty_row_constant")),
         "gmpo_noclip": Reference(
-            "GMPOTrainer", {"epsilon": _NO_CLIP, "epsilon_high": _NO_CLIP}, ("no_overflow_guard", "empty_row_constant")
+            "GMPOTrainer",
+            {"epsilon": _NO_CLIP, "epsilon_high": _NO_CLIP},
+            ("no_overflow_guard", "empty_row_constant"),
+            note=_NO_CLIP_NOTE,
         ),
     },
     "skyrl": {

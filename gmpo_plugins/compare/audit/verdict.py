@@ -65,6 +65,8 @@ class Cell:
     framework: str
     verdict: str
     call: str = ""
+    setting: str = ""
+    translation_note: str = ""
     conventions: list[str] = field(default_factory=list)
     verified: bool | None = None
     d_loss: float | None = None
@@ -140,8 +142,17 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         return Cell(loss_name, caller.name, "not shipped")
     if isinstance(entry, CannotExpress):
         return Cell(loss_name, caller.name, "cannot express", note=entry.reason)
-    cell = Cell(loss_name, caller.name, "identical", call=entry.label(), conventions=list(entry.conventions))
-    settings = entry.settings(get_loss(loss_name).resolve({}))
+    hparams = get_loss(loss_name).resolve({})
+    cell = Cell(
+        loss_name,
+        caller.name,
+        "identical",
+        call=entry.label(),
+        setting=entry.spelled(hparams),
+        translation_note=entry.note,
+        conventions=list(entry.conventions),
+    )
+    settings = entry.settings(hparams)
     module = caller.load() if module is None else module
     losses, grads, splits, metric_deltas = [], [], [], []
     factor_case: tuple[float, str, Evaluation, Evaluation] | None = None
