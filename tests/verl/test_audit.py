@@ -50,3 +50,25 @@ def test_policy_loss_section_settings_reach_verls_policy_loss_config():
         0.5,
         0.3,
     )
+
+
+def test_vanilla_dual_clip_is_on_by_default_and_off_at_inf():
+    """The note of verl's grpo translation: one token, A = -1, log ratio 2 (ratio e^2 = 7.39,
+    above 1 + eps): PPO's loss is -min(r A, clip(r) A) = e^2; verl's default clip_ratio_c = 3
+    caps it at -A * 3 = 3 (dual clip, zero gradient); clip_ratio_c = inf leaves e^2."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    log_prob = torch.tensor([[0.0]], dtype=torch.float64)
+    old, advantages = torch.tensor([[-2.0]], dtype=torch.float64), -torch.ones(1, 1, dtype=torch.float64)
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    fields = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "loss_agg_mode": "token-mean"}
+    default = actor_config("vanilla", fields)
+    off = actor_config("vanilla", fields | {"clip_ratio_c": float("inf")})
+    vanilla = get_policy_loss_fn("vanilla")
+
+    capped, _ = vanilla(old, log_prob, advantages, mask, "token-mean", default, None)
+    plain, _ = vanilla(old, log_prob, advantages, mask, "token-mean", off, None)
+
+    assert default.clip_ratio_c == 3.0
+    assert float(capped) == 3.0
+    assert float(plain) == float(torch.tensor(2.0, dtype=torch.float64).exp())
