@@ -16,13 +16,14 @@ REGENERATE = (
     "`python3 -m nox -r -s {session}` (it writes docs/audit/{session}.json), rebuild the page with "
     "`gmpo-plugins audit --merge docs/audit/*.json --markdown docs/audit.md`, and commit both"
 )
-COMPARED = ("verdict", "conventions", "verified")
+COMPARED = ("verdict", "conventions", "verified", "overflow_probe")
 
 
 def summary(cell: dict) -> dict:
-    """What must not change: the verdict, its conventions, and the split factor to 2 decimals."""
+    """What must not change: the verdict, its conventions, the float32 overflow probe, and the
+    split factor to 2 decimals."""
     factor = cell.get("split_factor")
-    return {**{key: cell[key] for key in COMPARED}, "split_factor": None if factor is None else round(factor, 2)}
+    return {**{key: cell.get(key) for key in COMPARED}, "split_factor": None if factor is None else round(factor, 2)}
 
 
 def changed_cells(session: str) -> list[str]:

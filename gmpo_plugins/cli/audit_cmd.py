@@ -92,5 +92,8 @@ def _print(cells: list, skipped: list[str]) -> None:
         if cell["verdict"] not in ("identical", "not shipped"):
             where = f"{cell['loss']} / {cell['framework']} ({cell['call'] or '-'})"
             print(f"{where}: {report.short(cell)}: {report.cause(cell)}")
+    for cell in dicts:
+        if cell["overflow_probe"] not in ("", "finite"):
+            print(f"{cell['loss']} / {cell['framework']}: float32 overflow probe: {cell['overflow_probe']}")
     for name in skipped:
         print(f"skipped {name}: not installed here")

@@ -37,3 +37,27 @@ def test_upstream_no_overflow_guard_float32():
 
     assert math.isinf(float(trl_loss.detach()))
     assert float(ours.loss.detach()) == float(torch.tensor(20.0).exp())
+
+
+def test_upstream_liger_no_overflow_guard_float32():
+    """Liger-Kernel's fused GRPO loss from hidden states: a two-word vocabulary, weight [[1], [0]],
+    hidden h = -1 - log(1 - e^-1) so the token's log-prob is log sigmoid(h) = -1; old log-prob
+    -90, so the log ratio is 89 (> ln(float32 max) = 88.72) and A = -1: exp(89) = inf, the
+    loss inf. Fails once Liger-Kernel guards."""
+    from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
+
+    hidden = (torch.tensor(-1.0) - torch.log(-torch.expm1(torch.tensor(-1.0)))).reshape(1, 1, 1).requires_grad_()
+    weight = torch.tensor([[1.0], [0.0]])
+    loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, compiled=False, use_ref_model=False, loss_type="grpo")
+    loss, _ = loss_fn(
+        hidden,
+        weight,
+        torch.zeros(1, 1, dtype=torch.long),
+        torch.ones(1, 1, dtype=torch.long),
+        torch.tensor([-1.0]),
+        old_per_token_logps=torch.tensor([[-90.0]]),
+    )
+    loss.backward()
+
+    assert math.isinf(float(loss.detach()))
+    assert hidden.grad is not None and torch.isnan(hidden.grad).all()

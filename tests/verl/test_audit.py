@@ -4,6 +4,9 @@ against docs/audit/verl.json, and the smallest reproducer of verl's geo_mean mic
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from gmpo_plugins.compare.audit.callers.verl import actor_config
@@ -72,3 +75,25 @@ def test_vanilla_dual_clip_is_on_by_default_and_off_at_inf():
     assert default.clip_ratio_c == 3.0
     assert float(capped) == 3.0
     assert float(plain) == float(torch.tensor(2.0, dtype=torch.float64).exp())
+
+
+def test_upstream_geo_mean_no_overflow_guard_float32():
+    """One float32 token, log ratio 89 (> ln(float32 max) = 88.72), A = -1: GMPO's one-sided clip
+    leaves the high side of A < 0 open, verl's geo_mean does not clamp the log ratio (its clamp is
+    commented out), exp(89) = inf and the loss -A * inf = inf. The registry's gmpo bounds the
+    log ratio at 20: loss e^20. Fails once verl guards."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    from gmpo_plugins import BatchInfo, LossInputs, get_loss
+
+    config = actor_config("geo_mean", {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4, "loss_agg_mode": "token-mean"})
+    config.global_batch_info.update(dp_size=1, global_batch_size=1, batch_num_tokens=1, loss_scale_factor=None)
+    log_prob, old = torch.tensor([[-0.5]], requires_grad=True), torch.tensor([[-89.5]])
+    advantages, mask = torch.tensor([-1.0]), torch.tensor([[True]])
+    theirs, _ = get_policy_loss_fn("geo_mean")(
+        old, log_prob, advantages[:, None] * mask, mask, "token-mean", config, None
+    )
+    ours = get_loss("gmpo")(LossInputs(log_prob, old, advantages, mask), BatchInfo(1, 1, 1))
+
+    assert math.isinf(float(theirs.detach()))
+    assert float(ours.loss.detach()) == pytest.approx(math.exp(20.0), rel=1e-6)

@@ -3,6 +3,7 @@
 Batches: the hard batches of ``gmpo-plugins parity`` (``parity.harness.parity_cases``) in
 float64, without its bfloat16 copy (float64 is the audit's precision) and its rollout
 IS-weight case (the audited setting has no rollout correction): near, far, guard, zero_adv.
+Beside them, ``overflow_probe``: one float32 token whose log ratio overflows ``exp``.
 
 Splits: the batch's B rows over ``ranks`` simulated data-parallel ranks (row chunks), each
 rank's rows over ``micro`` micro-batches. A framework's caller computes each micro-batch's
@@ -23,6 +24,7 @@ import torch
 from gmpo_plugins.compare.parity.harness import ParityCase, parity_cases
 
 SKIPPED = ("bf16", "is_weights")
+OVERFLOW_LOG_RATIO = 89.0  # > ln(float32 max) = 88.72
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,14 @@ def audit_cases() -> list[ParityCase]:
             )
         )
     return cases
+
+
+def overflow_probe() -> ParityCase:
+    """One float32 token with log ratio 89, A = -1 (the side no PPO-style clip bounds): finite
+    input whose exp overflows float32 unless the log ratio is bounded first (the registry
+    bounds it at 20: its loss is e^20)."""
+    old = torch.tensor([[-0.5 - OVERFLOW_LOG_RATIO]])
+    return ParityCase("overflow_float32", torch.tensor([[-0.5]]), old, torch.tensor([-1.0]), torch.tensor([[True]]))
 
 
 def parts(case: ParityCase, log_probs: torch.Tensor, split: Split) -> Iterator[Part]:

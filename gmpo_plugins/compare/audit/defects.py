@@ -39,14 +39,33 @@ DEFECTS = (
         "tests/verl/test_audit.py::test_upstream_geo_mean_scales_with_micro_batches",
     ),
     Defect(
+        "verl",
+        ("gmpo", "gmpo_noclip"),
+        "geo_mean has no overflow guard: a finite float32 log ratio above 88.7 gives an infinite loss",
+        "compute_policy_loss_geo_mean's clamp of the log ratio at +-20 is commented out (vanilla and gspo keep "
+        "theirs); GMPO clips one side only, so a token with log ratio 89 and A < 0 reaches exp unbounded and the "
+        "float32 loss is inf.",
+        "not reported",
+        "tests/verl/test_audit.py::test_upstream_geo_mean_no_overflow_guard_float32",
+    ),
+    Defect(
         "trl",
         ("grpo", "dapo", "dr_grpo", "gspo", "gmpo", "gmpo_noclip"),
         "no overflow guard: a finite float32 log ratio above 88.7 gives an infinite loss",
-        "GRPOTrainer._compute_loss (and GMPOTrainer's) takes exp of the log ratio as it is; in float32, the "
-        "precision TRL trains in, a token with log ratio 89 and A < 0 (unclipped side) makes the loss inf and "
-        "its gradient NaN/inf, where verl, SkyRL and OpenRLHF's ppo clamp the log ratio at +-20 first.",
+        "GRPOTrainer._compute_loss (every loss_type, token or sequence level) and GMPOTrainer's take exp of the "
+        "log ratio as it is; in float32 a token with log ratio 89 and A < 0 (the unclipped side) makes the loss "
+        "inf, where verl's vanilla, SkyRL and OpenRLHF's ppo clamp the log ratio at +-20 first.",
         "not reported",
         "tests/trl/test_audit.py::test_upstream_no_overflow_guard_float32",
+    ),
+    Defect(
+        "liger",
+        ("grpo", "dapo", "dr_grpo", "gspo"),
+        "LigerFusedLinearGRPOLoss has no overflow guard: a finite float32 log ratio above 88.7 gives inf",
+        "its ppo_loss_fn takes exp of the log ratio as it is (only its vespo path clamps); in float32 a token with "
+        "log ratio 89 and A < 0 makes the loss inf and the gradient of the hidden state NaN.",
+        "not reported",
+        "tests/trl/test_audit.py::test_upstream_liger_no_overflow_guard_float32",
     ),
     Defect(
         "openrlhf",

@@ -150,6 +150,21 @@ def markdown(merged: Mapping[str, Any]) -> str:
             lines.append(f"| {loss} | {name} | {call} | {short(cell)} | {cause(cell)} | {metric} |")
     lines += [
         "",
+        "## Beside the verdict: float32 overflow",
+        "",
+        "Each reference on one float32 token with log ratio 89 (its exp overflows float32) and A = -1, the side no",
+        "PPO-style clip bounds (`overflow_probe` in the cells); the registry bounds the log ratio at 20 first and",
+        "stays finite.",
+        "",
+        "| loss | " + " | ".join(frameworks) + " |",
+        "|---|" + "---|" * len(frameworks),
+    ]
+    for loss in losses:
+        row = [(by_key.get((loss, name)) or {}).get("overflow_probe") or "-" for name in frameworks]
+        if any(value != "-" for value in row):
+            lines.append(f"| {loss} | " + " | ".join(row) + " |")
+    lines += [
+        "",
         "## The setting in each framework",
         "",
         "The registry's defaults of each loss, as each framework's users set them (what the audit runs).",

@@ -10,6 +10,9 @@ For every audit batch (``batches.audit_cases``), in float64:
               (``split_deltas``: the worst scaled difference of each split)
     metrics   each metric the framework reports under a core name, against the registry's
               (reported beside the verdict, never in it: names and meanings differ)
+    float32   the framework on ``batches.overflow_probe`` (a log ratio of 89 in float32):
+              ``overflow_probe`` is "finite", "inf loss", "NaN loss", "inf/NaN gradient" or
+              "raises: ..." (reported beside the verdict; the registry is finite there)
 
 Each difference is scaled by max(1, |registry value|) (max over the tensor for gradients).
 The verdict, first that applies:
@@ -75,6 +78,7 @@ class Cell:
     worst_split: str = ""
     split_deltas: dict[str, float] = field(default_factory=dict)
     split_factor: float | None = None
+    overflow_probe: str = ""
     d_metric: float | None = None
     metric_key: str = ""
     note: str = ""
@@ -123,6 +127,17 @@ def run_registry(loss_name: str, case: ParityCase, conventions: Sequence[str] = 
     out.loss.backward()
     grad = torch.zeros_like(log_probs) if log_probs.grad is None else log_probs.grad
     return Evaluation(float(out.loss.detach()), grad.double(), {k: float(v) for k, v in out.metrics.items()})
+
+
+def probe_overflow(module: Any, reference: Reference, settings: Mapping[str, Any]) -> str:
+    """The framework on ``batches.overflow_probe`` (module docstring)."""
+    try:
+        got = run_framework(module, reference, settings, batches.overflow_probe(), batches.WHOLE)
+    except Exception as exc:  # noqa: BLE001 - reported beside the verdict, quoted
+        return f"raises: {type(exc).__name__}: {exc}"
+    if math.isnan(got.loss) or math.isinf(got.loss):
+        return "NaN loss" if math.isnan(got.loss) else "inf loss"
+    return "finite" if bool(torch.isfinite(got.grad).all()) else "inf/NaN gradient"
 
 
 def _scaled(got: Evaluation, want: Evaluation) -> tuple[float, float]:
@@ -182,6 +197,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
     except Exception as exc:  # noqa: BLE001 - a framework that raises is a verdict, quoted
         cell.verdict, cell.note = "raises", f"{type(exc).__name__}: {exc}"
         return cell
+    cell.overflow_probe = probe_overflow(module, entry, settings)
     cell.d_loss, cell.d_grad = _worst(losses), _worst(grads)
     cell.d_split, cell.worst_split = max(splits) if splits else (0.0, "")
     if metric_deltas:
