@@ -54,7 +54,6 @@ class Part:
         case: the whole batch (float64; log_probs is the leaf gradients accumulate in).
         log_probs: (B, T) the leaf tensor (requires grad).
         rows: indices of this micro-batch's rows.
-        rank_rows: indices of this rank's rows (its mini-batch).
         micro: micro-batches per rank (the gradient accumulation steps).
         ranks: data-parallel ranks.
         generations: optimizer steps the generation batch spans (this one and copies).
@@ -63,7 +62,6 @@ class Part:
     case: ParityCase
     log_probs: torch.Tensor
     rows: torch.Tensor
-    rank_rows: torch.Tensor
     micro: int
     ranks: int
     generations: int = 1
@@ -118,4 +116,4 @@ def parts(case: ParityCase, log_probs: torch.Tensor, split: Split) -> Iterator[P
     """The micro-batches of ``split``, rank by rank."""
     for rank_rows in torch.arange(case.mask.shape[0]).chunk(split.ranks):
         for rows in rank_rows.chunk(split.micro):
-            yield Part(case, log_probs, rows, rank_rows, split.micro, split.ranks, split.generations)
+            yield Part(case, log_probs, rows, split.micro, split.ranks, split.generations)

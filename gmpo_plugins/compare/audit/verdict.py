@@ -48,16 +48,6 @@ from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 TOLERANCE = 1e-6
-VERDICTS = (
-    "identical",
-    "convention",
-    "split-dependent",
-    "non-finite",
-    "not shipped",
-    "cannot express",
-    "raises",
-    "differs",
-)
 
 
 @dataclass
