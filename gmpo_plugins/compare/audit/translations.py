@@ -19,7 +19,10 @@ data only. Adding a loss to the audit means adding its entries here.
     CannotExpress(reason)
         the framework ships the method but cannot be set to the registry's setting
 
-A registry loss without an entry for a framework is "not shipped" there.
+A registry loss without an entry for a framework is "not shipped" there. ``PER_MICRO_BATCH``
+names the registry losses that depend on their batch by definition (their token selection
+is a quantile of the batch): their split behaviour is compared with the registry's on the
+same micro-batches, not with the whole batch.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class CannotExpress:
 
 
 Translation = Reference | CannotExpress
+
+
+PER_MICRO_BATCH = frozenset({"clip_cov", "kl_cov"})
 
 
 def _fields(names: Mapping[str, str], **fixed: Any) -> dict[str, Any]:

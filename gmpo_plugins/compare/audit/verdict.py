@@ -7,7 +7,9 @@ For every audit batch (``batches.audit_cases``), in float64:
               d_loss = |loss_f - loss_r|, d_grad = max |dloss_f/dlog_probs - dloss_r/dlog_probs|
     split     the framework at 2 and 4 micro-batches and at 2 ranks (``batches.SPLITS``),
               accumulated as its trainer accumulates them, against its own whole batch
-              (``split_deltas``: the worst scaled difference of each split)
+              (``split_deltas``: the worst scaled difference of each split); a loss that
+              depends on its batch by definition (``translations.PER_MICRO_BATCH``) against
+              the registry on the same micro-batches instead
     metrics   each metric the framework reports under a core name, against the registry's
               (reported beside the verdict, never in it: names and meanings differ)
     float32   the framework on ``batches.overflow_probe`` (a log ratio of 89 in float32):
@@ -22,7 +24,8 @@ The verdict, first that applies:
     raises             the framework's call raised (the exception is the note)
     non-finite         a finite batch gave an inf/NaN loss or gradient
     split-dependent    a split differs from the whole batch by more than the tolerance;
-                       ``split_factor`` = <g_4, g_1> / <g_1, g_1> at 4 micro-batches
+                       ``split_factor`` = <g_4, g> / <g, g> at 4 micro-batches, g the
+                       gradient it is compared with
     identical          d_loss and d_grad <= 1e-6 on every batch
     convention         the translation names the conventions it differs by; ``verified`` when
                        the registry, set as the modelled conventions say, matches it
@@ -42,7 +45,7 @@ from gmpo_plugins.compare.audit import batches
 from gmpo_plugins.compare.audit.batches import Split
 from gmpo_plugins.compare.audit.callers import Caller
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
-from gmpo_plugins.compare.audit.translations import CannotExpress, Reference, translation
+from gmpo_plugins.compare.audit.translations import PER_MICRO_BATCH, CannotExpress, Reference, translation
 from gmpo_plugins.compare.parity.harness import ParityCase
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
@@ -103,8 +106,11 @@ def run_framework(
     return Evaluation(total, grad.double(), metrics if split == batches.WHOLE else {})
 
 
-def run_registry(loss_name: str, case: ParityCase, conventions: Sequence[str] = ()) -> Evaluation:
-    """The registry loss on the whole ``case``, with the modelled ``conventions`` applied."""
+def run_registry(
+    loss_name: str, case: ParityCase, conventions: Sequence[str] = (), split: Split = batches.WHOLE
+) -> Evaluation:
+    """The registry loss on ``case`` in ``split`` (each micro-batch with the global counts and
+    ``dp_size`` = ranks, summed, ranks averaged), with the modelled ``conventions`` applied."""
     hparams = dict(get_loss(loss_name).resolve({}))
     rows = int(case.mask.shape[0])
     for name in conventions:
@@ -112,11 +118,16 @@ def run_registry(loss_name: str, case: ParityCase, conventions: Sequence[str] = 
         if not CONVENTIONS[name].count_empty_rows:
             rows = int((case.mask.sum(-1) > 0).sum())
     log_probs = case.log_probs.clone().requires_grad_(True)
-    info = BatchInfo(dp_size=1, global_batch_size=rows, global_num_tokens=int(case.mask.sum()))
-    out = get_loss(loss_name)(LossInputs(log_probs, case.old_log_probs, case.advantages, case.mask), info, **hparams)
-    out.loss.backward()
+    info = BatchInfo(dp_size=split.ranks, global_batch_size=rows, global_num_tokens=int(case.mask.sum()))
+    total, metrics = 0.0, {}
+    for part in batches.parts(case, log_probs, split):
+        inputs = LossInputs(*(part.take(t) for t in (log_probs, case.old_log_probs, case.advantages, case.mask)))
+        out = get_loss(loss_name)(inputs, info, **hparams)
+        (out.loss / split.ranks).backward()
+        total += float(out.loss.detach()) / split.ranks
+        metrics = {key: float(value) for key, value in out.metrics.items()}
     grad = torch.zeros_like(log_probs) if log_probs.grad is None else log_probs.grad
-    return Evaluation(float(out.loss.detach()), grad.double(), {k: float(v) for k, v in out.metrics.items()})
+    return Evaluation(total, grad.double(), metrics if split == batches.WHOLE else {})
 
 
 def probe_overflow(module: Any, reference: Reference, settings: Mapping[str, Any]) -> str:
@@ -158,6 +169,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         conventions=list(entry.conventions),
     )
     settings = entry.settings(hparams)
+    per_micro_batch = loss_name in PER_MICRO_BATCH
     module = caller.load() if module is None else module
     losses, grads, splits, metric_deltas = [], [], [], []
     factor_case: tuple[float, str, Evaluation, Evaluation] | None = None
@@ -179,11 +191,12 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
                 if not got.finite():
                     cell.verdict, cell.note = "non-finite", f"{case.name}, {split.label}: loss {got.loss}"
                     return cell
-                delta = max(_scaled(got, whole))
+                baseline = run_registry(loss_name, case, split=split) if per_micro_batch else whole
+                delta = max(_scaled(got, baseline))
                 splits.append((delta, f"{split.label} ({case.name})"))
                 cell.split_deltas[split.label] = max(delta, cell.split_deltas.get(split.label, 0.0))
                 if split == batches.FACTOR_SPLIT and (factor_case is None or delta > factor_case[0]):
-                    factor_case = (delta, case.name, got, whole)
+                    factor_case = (delta, case.name, got, baseline)
     except Exception as exc:  # noqa: BLE001 - a framework that raises is a verdict, quoted
         cell.verdict, cell.note = "raises", f"{type(exc).__name__}: {exc}"
         return cell

@@ -63,3 +63,14 @@ def test_merge_and_markdown(fake, tmp_path):
     assert "gmpo-plugins audit --json a.json" in page
     with pytest.raises(ValueError, match="grpo / fake"):
         report.merge([first, first])
+
+
+def test_batch_dependent_loss_is_compared_with_the_registry_on_the_same_micro_batches(fake, monkeypatch):
+    """For a loss in PER_MICRO_BATCH the split baseline is the registry on the same split: the
+    registry-through-the-stand-in stays identical, the scaled one is 4x at 4 micro-batches."""
+    from gmpo_plugins.compare.audit import verdict
+
+    monkeypatch.setattr(verdict, "PER_MICRO_BATCH", frozenset({"grpo", "dapo"}))
+    assert audit_cell(fake, "grpo").verdict == "identical"
+    scaled = audit_cell(fake, "dapo")
+    assert scaled.verdict == "split-dependent" and scaled.split_factor == pytest.approx(4.0, abs=1e-12)
