@@ -176,26 +176,30 @@ def kernels(session: nox.Session) -> None:
 @session
 def trl(session: nox.Session) -> None:
     """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
-    `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported).
+    `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported) and
+    `gmpo-plugins audit` (TRL's and Liger-Kernel's own losses, cells to docs/audit/trl.json).
     liger-kernel: TRL's use_liger_kernel switch requires it installed (its layer kernels stay off on CPU)."""
     session.install(TORCH)
     session.install("-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5")
     session.run("pytest", "tests/trl", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/trl.json")
 
 
 @session
 def verl(session: nox.Session) -> None:
     """verl adapter: entry-point registration (also in a Ray worker), config translation,
     verl's own ppo_loss vs the core, micro-batch invariance, grpo == verl's vanilla; then
-    `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported)."""
+    `gmpo-plugins parity` (verl adapter must match the core; verl's geo_mean is reported) and
+    `gmpo-plugins audit` (verl's own losses, cells to docs/audit/verl.json)."""
     session.install(TORCH)
     session.install("-e", ".[test]", *VERL_REQUIREMENTS, *VERL_TRAINER_REQUIREMENTS)
     session.install("./tests/plugins/example_plugin")
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/verl.json")
 
 
 @session(requires=["verl"])
@@ -289,7 +293,7 @@ def openrlhf(session: nox.Session) -> None:
     """OpenRLHF adapter against openrlhf 0.11.2 on CPU: PolicyLoss vs the core, ppo/gspo
     byte-identical, ActorPPOTrainer.training_step, invariance, gmpo-openrlhf, a Ray worker;
     then `gmpo-plugins parity` (the adapter must match the core; OpenRLHF's own ppo/gspo
-    are reported).
+    are reported) and `gmpo-plugins audit` (cells to docs/audit/openrlhf.json).
 
     examples/openrlhf_cpu/shims (on PYTHONPATH for the tests only) stands in for the CUDA-only
     flash_attn_2_cuda and vllm. The end-to-end runs are the openrlhf_e2e session.
@@ -301,6 +305,7 @@ def openrlhf(session: nox.Session) -> None:
     )
     session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/openrlhf.json", env=env)
 
 
 # skyrl 0.3.0 (requires transformers <= 5.8.0), with the part of its skyrl-train extra that
@@ -334,7 +339,8 @@ def skyrl(session: nox.Session) -> None:
     """SkyRL adapter against skyrl 0.3.0 on CPU: registration (also through SkyRL's Ray registry
     actor), loss and gradient vs the core through SkyRL's advantage pre-scaling for every
     reduction, micro-batches and ranks, refusals; then `gmpo-plugins parity` (the adapter
-    must match the core; SkyRL's own regular/gspo are reported).
+    must match the core; SkyRL's own regular/gspo are reported) and `gmpo-plugins audit`
+    (cells to docs/audit/skyrl.json).
 
     tests/skyrl/shims (on PYTHONPATH for the tests and parity only) lets skyrl 0.3.0 import
     on Python 3.11 (its pydantic models use typing.TypedDict, accepted from Python 3.12).
@@ -348,6 +354,7 @@ def skyrl(session: nox.Session) -> None:
     session.run("pytest", "tests/skyrl", *session.posargs, env=env)
     session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/skyrl.json", env=env)
 
 
 @session(requires=["skyrl"])

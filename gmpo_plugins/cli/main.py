@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gmpo_plugins.cli import bench_cmd, compare_cmd, doctor_cmd, frameworks_cmd, list_cmd, parity_cmd
+from gmpo_plugins.cli import audit_cmd, bench_cmd, compare_cmd, doctor_cmd, frameworks_cmd, list_cmd, parity_cmd
 from gmpo_plugins.cli.errors import OneLineArgumentParser, UsageError
 from gmpo_plugins.core.registry import LossNameCollisionError
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_parser(commands)
     compare_cmd.add_parser(commands)
     parity_cmd.add_parser(commands)
+    audit_cmd.add_parser(commands)
     frameworks_cmd.add_parser(commands)
     return parser
 

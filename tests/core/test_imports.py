@@ -95,7 +95,13 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 
 # the rooms of gmpo_plugins.compare and the other rooms each may import (its package docstring)
-COMPARE_ROOMS = {"backends": set(), "report": set(), "experiment": {"backends"}, "parity": {"backends"}}
+COMPARE_ROOMS = {
+    "backends": set(),
+    "report": set(),
+    "experiment": {"backends"},
+    "parity": {"backends"},
+    "audit": {"backends", "parity"},
+}
 
 
 def compare_room(module: str) -> str | None:

@@ -1,0 +1,62 @@
+"""SkyRL: ``PolicyLossRegistry.get(call)`` with an ``AlgorithmConfig`` (``trainer.algorithm``)
+carrying the fields, fed as SkyRL's trainer and policy worker feed it.
+
+SkyRL's trainer scales the advantages of the whole mini-batch (all ranks) with
+``apply_loss_reduction_to_advantages_minibatch`` before dispatching it (micro_batch_size =
+rows per micro-batch, ``max_seq_len`` from the config), advantages laid out per token (B, T);
+each worker calls the loss on its micro-batch rows (a masked sum) and back-propagates it
+times ``dp_size`` (``_forward_backward_micro``); DDP averages the ranks' gradients.
+Metrics: ``clip_ratio`` -> ``clip_frac``. SkyRL takes exp of the log ratio in float32
+(``safe_exp_delta``), so its float64 results agree with the registry to about 2e-7.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gmpo_plugins.compare.audit.batches import Part
+from gmpo_plugins.compare.audit.translations import Reference, sections
+
+METRICS = {"clip_ratio": "clip_frac"}
+
+
+def algorithm_config(config_class: Any, call: str, settings: Mapping[str, Any]) -> Any:
+    """SkyRL's ``AlgorithmConfig`` for ``call``; ``<section>.<field>`` settings replace fields of its
+    nested section configs (``sapo``, ``cispo``, ``clip_cov``, ...)."""
+    top, nested = sections(settings)
+    defaults = config_class()
+    replaced = {name: dataclasses.replace(getattr(defaults, name), **fields) for name, fields in nested.items()}
+    return config_class(policy_loss_type=call, **top, **replaced)
+
+
+def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch through SkyRL's policy-loss registry (module docstring)."""
+    from skyrl.backends.skyrl_train.utils.ppo_utils import (
+        PolicyLossRegistry,
+        apply_loss_reduction_to_advantages_minibatch,
+    )
+    from skyrl.train.config import AlgorithmConfig
+
+    config = algorithm_config(AlgorithmConfig, reference.call, settings)
+    mask = part.case.mask.to(part.log_probs.dtype)
+    rows_per_micro = len(part.rows)
+    scaled = apply_loss_reduction_to_advantages_minibatch(
+        advantages=part.case.advantages[:, None] * mask,
+        loss_mask=mask,
+        loss_reduction=config.loss_reduction,
+        micro_batch_size=rows_per_micro,
+        max_seq_len=config.max_seq_len,
+    )
+    loss, metrics = PolicyLossRegistry.get(reference.call)(
+        part.take(part.log_probs),
+        part.take(part.case.old_log_probs),
+        part.take(scaled),
+        config=config,
+        loss_mask=part.take(mask),
+        rollout_logprobs=None,
+    )
+    return loss * part.ranks, {METRICS[key]: float(value) for key, value in metrics.items() if key in METRICS}

@@ -1,0 +1,50 @@
+"""The live audit verdicts of a framework environment against the cells committed in
+docs/audit/<session>.json, shared by each framework's test directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gmpo_plugins.compare.audit.callers import FRAMEWORKS
+from gmpo_plugins.compare.audit.report import registry_losses
+from gmpo_plugins.compare.audit.verdict import audit_cell
+
+ROOT = Path(__file__).resolve().parent.parent
+REGENERATE = (
+    "if the change is upstream's (a fix or a regression) and intended, regenerate the cells with "
+    "`python3 -m nox -r -s {session}` (it writes docs/audit/{session}.json), rebuild the page with "
+    "`gmpo-plugins audit --merge docs/audit/*.json --markdown docs/audit.md`, and commit both"
+)
+COMPARED = ("verdict", "conventions", "verified", "overflow_probe")
+
+
+def summary(cell: dict) -> dict:
+    """What must not change: the verdict, its conventions, the float32 overflow probe, and the
+    split factor to 2 decimals."""
+    factor = cell.get("split_factor")
+    return {**{key: cell.get(key) for key in COMPARED}, "split_factor": None if factor is None else round(factor, 2)}
+
+
+def changed_cells(session: str) -> list[str]:
+    """One line per (loss, framework) whose live verdict differs from docs/audit/<session>.json."""
+    committed = json.loads((ROOT / "docs" / "audit" / f"{session}.json").read_text())
+    frameworks = list(committed["frameworks"])
+    by_key = {(cell["loss"], cell["framework"]): summary(cell) for cell in committed["cells"]}
+    changes = []
+    for name in frameworks:
+        caller = FRAMEWORKS[name]
+        module = caller.load()
+        for loss in registry_losses():
+            live = summary(audit_cell(caller, loss, module).as_dict())
+            before = by_key.pop((loss, name), None)
+            if live != before:
+                changes.append(f"{loss} / {name}: committed {before}, now {live}")
+    changes += [f"{loss} / {name}: committed {before}, no longer audited" for (loss, name), before in by_key.items()]
+    return changes
+
+
+def assert_cells_unchanged(session: str) -> None:
+    """AssertionError listing every changed cell and how to regenerate them."""
+    changes = changed_cells(session)
+    assert not changes, "the audit verdicts changed:\n" + "\n".join(changes) + "\n" + REGENERATE.format(session=session)

@@ -1,0 +1,76 @@
+"""The audit's verdicts, translations and report, with a stand-in framework
+(``fake_framework``) so that they run without any framework installed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gmpo_plugins.compare.audit import report, translations
+from gmpo_plugins.compare.audit.callers import FRAMEWORKS, Caller
+from gmpo_plugins.compare.audit.translations import CannotExpress, Reference
+from gmpo_plugins.compare.audit.verdict import audit_cell
+
+FAKE = Caller("fake", "tests.compare.audit.fake_framework", "torch", ())
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    table = {
+        "grpo": Reference("plain", {"loss": "grpo"}),
+        "dapo": Reference("scaled", {"loss": "dapo"}),
+        "dr_grpo": Reference("plain", {"loss": "grpo"}),  # another loss: differs, nothing named
+        "gspo": Reference("plain", {"loss": "gspo", "hparams": {"log_ratio_bound": 60.0}}, ("no_overflow_guard",)),
+        "gmpo": Reference("plain", {"loss": "gmpo", "hparams": {"log_ratio_bound": 60.0}}, ("empty_rows_not_counted",)),
+        "gmpo_noclip": CannotExpress("no way to switch the clip off"),
+    }
+    monkeypatch.setitem(translations.TRANSLATIONS, "fake", table)
+    return FAKE
+
+
+def test_every_named_convention_exists():
+    translations.check_conventions()
+
+
+def test_registry_loss_without_translation_is_not_shipped(fake):
+    assert audit_cell(fake, "gmpo_nonorm").verdict == "not shipped"
+    # a framework's caller is not even imported for it
+    assert audit_cell(FRAMEWORKS["verl"], "gmpo_nonorm").verdict == "not shipped"
+
+
+def test_verdicts(fake):
+    cells = {loss: audit_cell(fake, loss) for loss in ("grpo", "dapo", "dr_grpo", "gspo", "gmpo", "gmpo_noclip")}
+    assert cells["grpo"].verdict == "identical" and cells["grpo"].d_loss <= 1e-12
+    # the loss times the micro-batches per rank: 4x at 4 micro-batches, exactly
+    assert cells["dapo"].verdict == "split-dependent" and cells["dapo"].split_factor == pytest.approx(4.0, abs=1e-12)
+    assert cells["dr_grpo"].verdict == "differs"
+    # the guard off, named and modelled (log_ratio_bound 60): verified
+    assert (cells["gspo"].verdict, cells["gspo"].verified) == ("convention", True)
+    # the guard off but the wrong convention named: modelled, does not match
+    assert cells["gmpo"].verdict == "differs" and "empty_rows_not_counted" in cells["gmpo"].note
+    assert cells["gmpo_noclip"].verdict == "cannot express"
+
+
+def test_merge_and_markdown(fake, tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    cells = [audit_cell(fake, "grpo"), audit_cell(fake, "dapo")]
+    document = {"command": "gmpo-plugins audit --json a.json", "frameworks": {"fake": {"torch": "x"}}}
+    first.write_text(json.dumps(document | {"cells": [cells[0].as_dict()]}))
+    second.write_text(json.dumps(document | {"cells": [cells[1].as_dict()]}))
+    page = report.markdown(report.merge([first, second]))
+    assert "| grpo | identical |" in page and "| dapo | split-dependent x4.00 |" in page
+    assert "gmpo-plugins audit --json a.json" in page
+    with pytest.raises(ValueError, match="grpo / fake"):
+        report.merge([first, first])
+
+
+def test_batch_dependent_loss_is_compared_with_the_registry_on_the_same_micro_batches(fake, monkeypatch):
+    """For a loss in PER_MICRO_BATCH the split baseline is the registry on the same split: the
+    registry-through-the-stand-in stays identical, the scaled one is 4x at 4 micro-batches."""
+    from gmpo_plugins.compare.audit import verdict
+
+    monkeypatch.setattr(verdict, "PER_MICRO_BATCH", frozenset({"grpo", "dapo"}))
+    assert audit_cell(fake, "grpo").verdict == "identical"
+    scaled = audit_cell(fake, "dapo")
+    assert scaled.verdict == "split-dependent" and scaled.split_factor == pytest.approx(4.0, abs=1e-12)
