@@ -17,6 +17,8 @@ bindings, so the class object itself gets a new ``__init__`` and ``forward``:
         out = spec(inputs, batch, **hparams)
         return (out.loss, out.metrics["clip_frac"], out.metrics["ppo_kl"], None, None)
 
+Every metric of ``out`` also goes to the side file of ``metrics_file`` when it is named.
+
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
 the last two are None as in OpenRLHF without IS correction (which is refused for registry
 losses). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
@@ -35,6 +37,7 @@ from typing import Any
 import torch
 
 from gmpo_plugins.adapters._common import PluginLoadError, load_failure_message, value_checks_enabled
+from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
 from gmpo_plugins.adapters.openrlhf.options import LossPlan, OpenRLHFConfigError, batch_info, plan_loss
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.types import LossInputs
@@ -95,6 +98,7 @@ def registry_forward(
         validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),
         **plan.hparams,
     )
+    record_loss_metrics(out.metrics, mask)
     zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)
     return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), None, None
 
