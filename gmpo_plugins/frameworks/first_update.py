@@ -83,6 +83,7 @@ def tolerance(dtype: str, optimiser_steps: int) -> float | None:
         return None
     return (2**optimiser_steps - 1) * TOLERANCE
 
+
 REWARD_TOLERANCE = 1e-6
 # behaviours that choose which responses the first update is computed on: where the step-1
 # rewards differ, the rollouts did, and these are what to align first

@@ -215,7 +215,8 @@ def openrlhf_loss_records(lines: Iterable[str], micro_batches_per_rl_step: int) 
     for rank, entries in sorted(by_rank.items()):
         if len(entries) % micro_batches_per_rl_step:
             raise ValueError(
-                f"rank {rank} wrote {len(entries)} micro-batches, not a multiple of {micro_batches_per_rl_step} per RL step"
+                f"rank {rank} wrote {len(entries)} micro-batches, "
+                f"not a multiple of {micro_batches_per_rl_step} per RL step"
             )
         for index, entry in enumerate(entries):
             values = {name: float(entry["metrics"][name]) for name in OPENRLHF_LOSS_METRICS if name in entry["metrics"]}

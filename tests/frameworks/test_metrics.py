@@ -8,7 +8,13 @@ import json
 import pytest
 
 from gmpo_plugins.adapters.openrlhf.metrics_file import METRICS_FILE_ENV
-from gmpo_plugins.frameworks.metrics import aggregate, openrlhf_loss_records, openrlhf_records, trl_records, verl_records
+from gmpo_plugins.frameworks.metrics import (
+    aggregate,
+    openrlhf_loss_records,
+    openrlhf_records,
+    trl_records,
+    verl_records,
+)
 from gmpo_plugins.frameworks.standins import OPENRLHF_METRICS_ENV
 
 
