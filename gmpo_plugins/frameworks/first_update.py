@@ -45,19 +45,16 @@ The tolerance holds for ``dtype = "float32"`` only; in bfloat16 the rounding of 
 stored weights' ulps for the measure to resolve 1e-5: a learning rate that moves the largest
 weight by 1e-3 or more.
 
-AdamW with eps 1e-8 (``ADAM_TOLERANCE``: the setting every trainer shares, SkyRL included, which
-sets no epsilon): its first step is ``-lr * g / (|g| + eps)``, nearly the sign of g, so a
-coordinate whose gradient is near 0 moves by up to lr on a rounding difference. The comparison is
-``rel`` restricted to the coordinates whose first gradient is well above eps in every trainer
-(``|Δ_1,i| >= lr / 2``, i.e. |g| >= eps) ... (see ``relative_difference``'s ``moved``).
-
 Where two frameworks differ beyond the tolerance, ``causes`` names the behaviours of theirs that
 reach the first RL step and that the spec could not align (``Difference.first_update``: the
 advantage formula, the prompt order, the precision, where KL enters, the mini-batch order): those
 are what to align to make the difference disappear. The step-1 mean reward, from each trainer's
 own log, says whether the two first rollouts were the same: where they differ, only the behaviours
 that choose the rollout (the prompt order) are named, since the updates of different rollouts
-cannot agree; where they are the same, only the others.
+cannot agree; where they are the same, only the others. Where the rollouts agree and no named
+behaviour differs, the step-1 clip fractions each trainer logged are compared: where they differ,
+the clip acted differently (a bound changed in one framework's launch, or a clip applied to other
+ratios), and the report says so (``clip_difference``).
 """
 
 from __future__ import annotations
@@ -215,6 +212,25 @@ def step_one_reward(records: Sequence[Mapping[str, float]]) -> float | None:
     return None
 
 
+CLIP_METRICS = ("clip_frac_low", "clip_frac_high")
+
+
+def clip_difference(records_a: Sequence[Mapping[str, float]], records_b: Sequence[Mapping[str, float]]) -> str:
+    """ "" when both trainers logged the same step-1 clip fractions (``CLIP_METRICS``, within
+    ``REWARD_TOLERANCE``) or one logged none; else the observation naming them, for a pair whose
+    rollouts and named behaviours agree: the clip acted differently (its bound, or what it is
+    applied to)."""
+    steps = [next((r for r in records if int(r["step"]) == 1), {}) for records in (records_a, records_b)]
+    differing = [
+        f"{name} {steps[0][name]:.4g} / {steps[1][name]:.4g}"
+        for name in CLIP_METRICS
+        if name in steps[0]
+        and name in steps[1]
+        and abs(steps[0][name] - steps[1][name]) > REWARD_TOLERANCE * max(1.0, abs(steps[0][name]))
+    ]
+    return f"clip (observed): the step-1 clip fractions differ ({'; '.join(differing)})" if differing else ""
+
+
 def compare_pair(
     initial: Mapping[str, torch.Tensor],
     runs: Mapping[str, tuple[str, Sequence[Mapping[str, float]]]],
@@ -231,4 +247,7 @@ def compare_pair(
     rewards = (step_one_reward(records_a), step_one_reward(records_b))
     pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps), rewards, ())
     differ = None if pair.same_rewards is None else not pair.same_rewards
-    return dataclasses.replace(pair, causes=causes(launches[first], launches[second], differ))
+    named = causes(launches[first], launches[second], differ)
+    if not named and pair.same_rewards and pair.identical is False:
+        named = tuple(filter(None, [clip_difference(records_a, records_b)]))
+    return dataclasses.replace(pair, causes=named)
