@@ -216,10 +216,12 @@ CLIP_METRICS = ("clip_frac_low", "clip_frac_high")
 
 
 def clip_difference(records_a: Sequence[Mapping[str, float]], records_b: Sequence[Mapping[str, float]]) -> str:
-    """ "" when both trainers logged the same step-1 clip fractions (``CLIP_METRICS``, within
-    ``REWARD_TOLERANCE``) or one logged none; else the observation naming them, for a pair whose
-    rollouts and named behaviours agree: the clip acted differently (its bound, or what it is
-    applied to)."""
+    """The observation that the step-1 clip fractions (``CLIP_METRICS``) differ, naming them.
+
+    For a pair whose rollouts and named behaviours agree it says the clip acted differently (its
+    bound, or what it is applied to). Empty when both logged the same fractions (within
+    ``REWARD_TOLERANCE``) or one logged none.
+    """
     steps = [next((r for r in records if int(r["step"]) == 1), {}) for records in (records_a, records_b)]
     differing = [
         f"{name} {steps[0][name]:.4g} / {steps[1][name]:.4g}"
