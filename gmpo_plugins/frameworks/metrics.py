@@ -43,6 +43,10 @@ count it was taken over. What each trainer gives to aggregate:
   OpenRLHF logs ``train/kl`` (0) without a reference model too: that is left out unless the
   spec's ``kl_coef`` is positive (``openrlhf_records(..., kl=False)``).
 
+``entropy`` is not the same quantity in verl and TRL once an RL step has several optimiser
+steps: verl logs the entropy its old-log-prob pass computed (the rollout policy's, before the
+step's updates), TRL the mean over its optimiser steps of the policy being trained.
+
 A metric a trainer did not log is absent from its record (never zero). verl's memory figure
 is dropped when verl ran on the CPU stand-ins, whose platform reports 0 for every memory
 statistic (``verl_records(..., memory=False)``).
