@@ -396,9 +396,10 @@ def openrlhf_e2e(session: nox.Session) -> None:
 def frameworks_e2e(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's own trainers side by side (the
     CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf and trl sessions (run
-    first: `requires`): the first update identical across the three, TRL's advantage epsilon
-    named, a setting flipped in one framework flagged. Nothing is installed here; the three
-    virtualenvs are removed once it passes."""
+    first: `requires`): the first RL step (two optimiser steps, the clip acting) identical across
+    the three for gmpo and for gspo, TRL's advantage epsilon and the mini-batch order named, a clip
+    bound flipped in one framework named by its clip fractions. Nothing is installed here; the
+    three virtualenvs are removed once it passes."""
     pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
     env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
     argv = ["tests/frameworks_e2e", "--durations=0", *session.posargs]

@@ -1,4 +1,4 @@
-"""``FirstUpdateWeights``: save the model's parameters after the first optimiser step."""
+"""``FirstUpdateWeights``: save the model's parameters after the first RL step's optimiser steps."""
 
 from __future__ import annotations
 
@@ -9,15 +9,25 @@ import torch
 from transformers import TrainerCallback
 
 
+def optimiser_steps_per_generation(args: Any) -> int:
+    """GRPOTrainer's optimiser steps on one generation batch (one RL step), epochs included:
+    ``steps_per_generation / gradient_accumulation_steps * num_iterations``."""
+    return args.steps_per_generation // args.gradient_accumulation_steps * args.num_iterations
+
+
 class FirstUpdateWeights(TrainerCallback):
-    """At the end of optimiser step 1, ``torch.save`` the model's parameters (Hugging Face names,
-    float32 copies on the CPU) to ``path``."""
+    """At the end of the last optimiser step of the first RL step (optimiser step
+    ``optimiser_steps_per_generation``), ``torch.save`` the model's parameters (Hugging Face
+    names, float32 copies on the CPU) to ``path``: what verl and OpenRLHF hand to their rollout
+    engines after RL step 1."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if state.global_step != 1 or model is None or not state.is_world_process_zero:
+        if state.global_step != optimiser_steps_per_generation(args) or model is None:
+            return
+        if not state.is_world_process_zero:
             return
         weights = {
             name: tensor.detach().to("cpu", torch.float32, copy=True) for name, tensor in model.state_dict().items()

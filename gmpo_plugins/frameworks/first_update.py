@@ -1,7 +1,8 @@
-"""The first update, compared between frameworks: did two trainers, given the same spec and the
-same first rollout, move the weights the same way?
+"""The first RL step, compared between frameworks: did two trainers, given the same spec and the
+same first rollout, move the weights the same way over all the optimiser steps of that rollout
+batch, where from the second step on the importance ratios differ from 1 and the clip acts?
 
-For every framework whose run left its parameters after the first optimiser step θ_f (the CPU
+For every framework whose run left its parameters after the first RL step θ_f (the CPU
 stand-ins do: ``standins``), with θ_0 the spec's initial model (its ``*.safetensors``)::
 
     Δ_f      = θ_f - θ_0                                          every parameter, flattened
@@ -12,27 +13,53 @@ stand-ins do: ``standins``), with θ_0 the spec's initial model (its ``*.safeten
 so two equal updates can store values one ulp apart (for a weight near 1, a norm's, that is
 1.2e-7, as large as a whole small update's rounding error allows).
 
-The tolerance, ``TOLERANCE = 1e-5`` of the largest update, comes from float32 summation order.
-Float32's unit roundoff is u = 2^-24 = 6.0e-8. Trainers that compute the same gradient sum its
-per-token terms in different orders (micro-batches, padding layouts, ranks, old log-probs
-recomputed in separate passes), which moves a gradient entry by a few u of the terms' size;
-verl's own micro-batch and rank splits measured 2e-7 to 9e-7 of the update (3 to 15 u). 1e-5 is
-about 170 u, ten times the largest split difference measured, and ten times below what a real
-difference gives: a clip bound, an advantage epsilon of 1e-4 against a group std of order 1, or
-a loss normalised by another count all move the update by 1e-4 of it or more. The tolerance
-holds for ``dtype = "float32"`` only; in bfloat16 the rounding of every product is 2^-8 and the
-comparison is printed without a verdict. The update must be large against the stored weights'
-ulps for the measure to resolve 1e-5: an optimiser step whose size follows the gradient
-(SGD, or AdamW's first step with an epsilon far above every gradient entry: ``lr * g / (|g| + eps)``
-is ``(lr / eps) * g``) and a learning rate that moves the largest weight by 1e-3 or more.
+The tolerance for one optimiser step, ``TOLERANCE = 1e-5`` of the largest update, comes from
+float32 summation order. Float32's unit roundoff is u = 2^-24 = 6.0e-8. Trainers that compute
+the same gradient sum its per-token terms in different orders (micro-batches, padding layouts,
+ranks, old log-probs recomputed in separate passes), which moves a gradient entry by a few u of
+the terms' size; verl's own micro-batch and rank splits measured 2e-7 to 9e-7 of the update (3 to
+15 u). 1e-5 is about 170 u, ten times the largest split difference measured, and ten times below
+what a real difference gives: a clip bound, an advantage epsilon of 1e-4 against a group std of
+order 1, or a loss normalised by another count all move the update by 1e-4 of it or more.
+
+Chained steps (``tolerance``: K optimiser steps in the first RL step). The optimiser must make a
+step proportional to the gradient for differences to stay proportional: SGD, or AdamW with an
+epsilon far above every gradient entry, whose k-th step is ``-(lr / eps) * m_k`` with ``m_k`` a
+fixed combination of g_1 .. g_k with weights at most 1 (bias-corrected momentum). A rounding
+difference δ_j in gradient j (at most ε = 1e-5 of the update, above) then reaches θ_K directly,
+and through the parameters every later gradient is evaluated at: δθ moves g_k by H δθ, which the
+step turns into (lr / eps) H δθ. Where one step changes the gradient by less than the gradient
+itself (the example's learning rate moves the log-ratios by less than 1; its gradients change
+by a fraction of themselves between steps), ``(lr / eps) |H| <= 1`` along the steps taken, so
+each later step at most doubles an earlier difference:
+
+    rel_K <= sum_{j=1..K} 2^(K - j) * ε = (2^K - 1) * ε        (K = 1: 1e-5; K = 2: 3e-5)
+
+The bound grows with K: from K = 4 on (1.5e-4) it reaches the size of a real difference (1e-4 of
+the update, below), so a comparison of many chained steps no longer separates the two; the
+example keeps K = 2. Measured on the example (K = 2, verl, OpenRLHF, TRL): 1.5e-7 to 3.4e-7, as
+for one step.
+
+The clip is a discontinuity of the gradient: a token whose ratio lies within δθ's effect (about
+1e-6) of the bound can be clipped in one trainer and not in the other, which changes a gradient
+by that token's whole term (of order 1/tokens, 1e-2 of it here): beyond the tolerance, as a real
+difference would be. Its chance is about tokens * 1e-6 / (spread of the log-ratios) (1e-4 here).
+
+The tolerance holds for ``dtype = "float32"`` only; in bfloat16 the rounding of every product is
+2^-8 and the comparison is printed without a verdict. The update must be large against the
+stored weights' ulps for the measure to resolve 1e-5: a learning rate that moves the largest
+weight by 1e-3 or more.
 
 Where two frameworks differ beyond the tolerance, ``causes`` names the behaviours of theirs that
-reach the first update and that the spec could not align (``Difference.first_update``: the
-advantage formula, the prompt order, the precision, where KL enters): those are what to align to
-make the difference disappear. The step-1 mean reward, from each trainer's own log, says whether
-the two first rollouts were the same: where they differ, only the behaviours that choose the
-rollout (the prompt order) are named, since the updates of different rollouts cannot agree;
-where they are the same, only the others.
+reach the first RL step and that the spec could not align (``Difference.first_update``: the
+advantage formula, the prompt order, the precision, where KL enters, the mini-batch order): those
+are what to align to make the difference disappear. The step-1 mean reward, from each trainer's
+own log, says whether the two first rollouts were the same: where they differ, only the behaviours
+that choose the rollout (the prompt order) are named, since the updates of different rollouts
+cannot agree; where they are the same, only the others. Where the rollouts agree and no named
+behaviour differs, the step-1 clip fractions each trainer logged are compared: where they differ,
+the clip acted differently (a bound changed in one framework's launch, or a clip applied to other
+ratios), and the report says so (``clip_difference``).
 """
 
 from __future__ import annotations
@@ -49,6 +76,16 @@ import torch
 from gmpo_plugins.frameworks.launch import Launch
 
 TOLERANCE = 1e-5
+
+
+def tolerance(dtype: str, optimiser_steps: int) -> float | None:
+    """The tolerance of ``rel`` after ``optimiser_steps`` chained steps (module docstring):
+    ``(2^K - 1) * TOLERANCE`` in float32, None (no verdict) otherwise."""
+    if dtype != "float32":
+        return None
+    return (2**optimiser_steps - 1) * TOLERANCE
+
+
 REWARD_TOLERANCE = 1e-6
 # behaviours that choose which responses the first update is computed on: where the step-1
 # rewards differ, the rollouts did, and these are what to align first
@@ -180,6 +217,27 @@ def step_one_reward(records: Sequence[Mapping[str, float]]) -> float | None:
     return None
 
 
+CLIP_METRICS = ("clip_frac_low", "clip_frac_high")
+
+
+def clip_difference(records_a: Sequence[Mapping[str, float]], records_b: Sequence[Mapping[str, float]]) -> str:
+    """The observation that the step-1 clip fractions (``CLIP_METRICS``) differ, naming them.
+
+    For a pair whose rollouts and named behaviours agree it says the clip acted differently (its
+    bound, or what it is applied to). Empty when both logged the same fractions (within
+    ``REWARD_TOLERANCE``) or one logged none.
+    """
+    steps = [next((r for r in records if int(r["step"]) == 1), {}) for records in (records_a, records_b)]
+    differing = [
+        f"{name} {steps[0][name]:.4g} / {steps[1][name]:.4g}"
+        for name in CLIP_METRICS
+        if name in steps[0]
+        and name in steps[1]
+        and abs(steps[0][name] - steps[1][name]) > REWARD_TOLERANCE * max(1.0, abs(steps[0][name]))
+    ]
+    return f"clip (observed): the step-1 clip fractions differ ({'; '.join(differing)})" if differing else ""
+
+
 def compare_pair(
     initial: Mapping[str, torch.Tensor],
     runs: Mapping[str, tuple[str, Sequence[Mapping[str, float]]]],
@@ -187,12 +245,16 @@ def compare_pair(
     first: str,
     second: str,
     dtype: str,
+    optimiser_steps: int = 1,
 ) -> PairComparison:
-    """Compare the first updates of ``first`` and ``second``; ``runs`` maps a framework to its
-    first-update file and its per-step records."""
+    """Compare the first RL steps of ``first`` and ``second`` (``optimiser_steps`` each); ``runs``
+    maps a framework to the file of its parameters after the first RL step and its per-step records."""
     (path_a, records_a), (path_b, records_b) = runs[first], runs[second]
     rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b))
     rewards = (step_one_reward(records_a), step_one_reward(records_b))
-    pair = PairComparison(first, second, rel, TOLERANCE if dtype == "float32" else None, rewards, ())
+    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps), rewards, ())
     differ = None if pair.same_rewards is None else not pair.same_rewards
-    return dataclasses.replace(pair, causes=causes(launches[first], launches[second], differ))
+    named = causes(launches[first], launches[second], differ)
+    if not named and pair.same_rewards and pair.identical is False:
+        named = tuple(filter(None, [clip_difference(records_a, records_b)]))
+    return dataclasses.replace(pair, causes=named)

@@ -1,14 +1,14 @@
 """Each trainer's own logged metrics in one vocabulary, one record per RL step.
 
     vocabulary      TRL (``log_history``,   verl (file logger, one       OpenRLHF (TensorBoard, one point
-                    one entry per           JSON line per RL step)       per global step = RL step)
-                    optimiser step)
+                    one entry per           JSON line per RL step)       per global step = RL step; the
+                    optimiser step)                                      loss's side file)
     reward          reward                  critic/score/mean            train/rollout/reward_mean
     policy_loss     policy_loss             actor/pg_loss                train/policy_loss
-    clip_frac_low   clip_ratio/low_mean     actor/gmpo/clip_frac_low     (not logged: train/ppo_clip_ratio,
-    clip_frac_high  clip_ratio/high_mean    actor/gmpo/clip_frac_high    our adapter's, is both sides)
-    log_ratio_min   log_ratio_min           actor/gmpo/log_ratio_min     (not logged)
-    log_ratio_max   log_ratio_max           actor/gmpo/log_ratio_max     (not logged)
+    clip_frac_low   clip_ratio/low_mean     actor/gmpo/clip_frac_low     side file: clip_frac_low
+    clip_frac_high  clip_ratio/high_mean    actor/gmpo/clip_frac_high    side file: clip_frac_high
+    log_ratio_min   log_ratio_min           actor/gmpo/log_ratio_min     side file: log_ratio_min
+    log_ratio_max   log_ratio_max           actor/gmpo/log_ratio_max     side file: log_ratio_max
     entropy         entropy                 actor/entropy                (not logged: only with
                                                                          --actor.entropy_coef)
     kl              kl (when beta != 0)     actor/kl_loss (use_kl_loss)  train/kl (when kl_coef > 0)
@@ -17,19 +17,39 @@
     peak_memory_gb  (not logged)            actor/perf/                  (not logged)
                                             max_memory_allocated_gb
 
+One aggregation across the optimiser steps (and micro-batches) of an RL step, for every trainer
+(``AGGREGATION``, ``aggregate``): ``log_ratio_min`` the minimum of the minima, ``log_ratio_max``
+the maximum of the maxima, ``step_time`` the sum, every other metric the mean weighted by the
+count it was taken over. What each trainer gives to aggregate:
+
+- TRL logs one entry per optimiser step (its own mean over the step's micro-batches; minima and
+  maxima over processes) and no counts: the reader aggregates the entries of an RL step, each
+  weighing the same (every optimiser step holds ``mini_batch_size`` responses: a mean weighted
+  by responses). The RL step of optimiser step ``s`` (1-based) is ``(s - 1) // k + 1`` with
+  ``k`` the optimiser steps per RL step, epochs included.
+- verl aggregates itself before it logs: a mean over the micro-batches of each optimiser step
+  (of their minima and maxima too: ``verl.utils.metric.Metric``), then over the optimiser steps
+  the minimum of keys with ``min`` in their name, the maximum of those with ``max``, the mean
+  of the others (``reduce_metrics``). With one micro-batch per optimiser step that is this
+  aggregation, responses-weighted; with several, verl's ``log_ratio_min`` is a mean of minima.
+- OpenRLHF logs once per RL step under ``train/``: means over the step's micro-batches and
+  epochs weighted by tokens (``policy_loss``) or samples, ``actor_grad_norm`` of its last
+  optimiser step, ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
+  ``timing/step_total`` the sum of its generation, experience, training and weight-broadcast
+  times. Of the loss's metrics its training step keeps only ``clip_ratio`` and ``ppo_kl``; the
+  others come from the side file the adapter writes when ``GMPO_PLUGINS_OPENRLHF_METRICS``
+  names one (``gmpo_plugins.adapters.openrlhf.metrics_file``): one line per micro-batch with
+  its valid-token count, aggregated here with token weights (``openrlhf_loss_records``).
+  OpenRLHF logs ``train/kl`` (0) without a reference model too: that is left out unless the
+  spec's ``kl_coef`` is positive (``openrlhf_records(..., kl=False)``).
+
+``entropy`` is not the same quantity in verl and TRL once an RL step has several optimiser
+steps: verl logs the entropy its old-log-prob pass computed (the rollout policy's, before the
+step's updates), TRL the mean over its optimiser steps of the policy being trained.
+
 A metric a trainer did not log is absent from its record (never zero). verl's memory figure
 is dropped when verl ran on the CPU stand-ins, whose platform reports 0 for every memory
-statistic (``verl_records(..., memory=False)``). TRL logs per optimiser step; the RL step of
-optimiser step ``s`` (1-based) is ``(s - 1) // (optimiser steps per RL step * epochs_per_batch)
-+ 1``, and an RL step's record is the mean over its optimiser steps (``step_time`` summed).
-
-OpenRLHF's PPOTrainer logs once per global step, which is one rollout batch (one RL step),
-under ``train/``: the mean over the step's micro-batches and epochs (token- or sample-weighted),
-``actor_grad_norm`` of its last optimiser step, ``rollout/reward_mean`` the plain mean of the
-reward function over the step's samples, and ``timing/step_total`` the sum of its generation,
-experience, training and weight-broadcast times. It logs ``train/kl`` (0) without a reference
-model too: that is left out unless the spec's ``kl_coef`` is positive
-(``openrlhf_records(..., kl=False)``).
+statistic (``verl_records(..., memory=False)``).
 """
 
 from __future__ import annotations
@@ -83,7 +103,36 @@ OPENRLHF_NAMES = {
     "grad_norm": "train/actor_grad_norm",
     "step_time": "train/timing/step_total",
 }
-SUMMED = ("step_time",)
+AGGREGATION = {"log_ratio_min": "min", "log_ratio_max": "max", "step_time": "sum"}  # others: "mean"
+OPENRLHF_LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+
+
+def aggregate(parts: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
+    """One RL step's value of every metric from its parts (optimiser steps or micro-batches).
+
+    Args:
+        parts: ``(values, count)`` per part, ``values`` by vocabulary name; ``count`` the items
+            (tokens or responses) the part's means were taken over, > 0.
+
+    Returns:
+        For each name some part has: the minimum (``AGGREGATION`` "min"), maximum ("max") or sum
+        ("sum") over the parts that have it, else ``sum_p count_p * value_p / sum_p count_p``
+        over those parts.
+    """
+    names = list(dict.fromkeys(k for values, _ in parts for k in values))
+    out: dict[str, float] = {}
+    for name in names:
+        have = [(float(values[name]), count) for values, count in parts if name in values]
+        rule = AGGREGATION.get(name, "mean")
+        if rule == "min":
+            out[name] = min(value for value, _ in have)
+        elif rule == "max":
+            out[name] = max(value for value, _ in have)
+        elif rule == "sum":
+            out[name] = sum(value for value, _ in have)
+        else:
+            out[name] = sum(value * count for value, count in have) / sum(count for _, count in have)
+    return out
 
 
 def trl_records(log_history: Iterable[Mapping[str, Any]], optimiser_steps_per_rl_step: int) -> list[dict[str, float]]:
@@ -105,16 +154,17 @@ def trl_records(log_history: Iterable[Mapping[str, Any]], optimiser_steps_per_rl
         grouped.setdefault(rl_step, []).append(entry)
     records = []
     for rl_step in sorted(grouped):
-        entries = grouped[rl_step]
-        record: dict[str, float] = {"step": rl_step}
-        for name in VOCABULARY:
-            if name not in TRL_NAMES:
-                continue
-            values = [float(entry[TRL_NAMES[name]]) for entry in entries if TRL_NAMES[name] in entry]
-            if values:
-                record[name] = sum(values) if name in SUMMED else sum(values) / len(values)
-        records.append(record)
+        parts = [
+            ({name: float(entry[key]) for name, key in TRL_NAMES.items() if key in entry}, 1.0)
+            for entry in grouped[rl_step]
+        ]
+        records.append({"step": rl_step, **ordered(aggregate(parts))})
     return records
+
+
+def ordered(values: Mapping[str, float]) -> dict[str, float]:
+    """``values`` in ``VOCABULARY`` order."""
+    return {name: values[name] for name in VOCABULARY if name in values}
 
 
 def verl_records(lines: Iterable[str], memory: bool = True) -> list[dict[str, float]]:
@@ -145,13 +195,51 @@ def verl_records(lines: Iterable[str], memory: bool = True) -> list[dict[str, fl
     return records
 
 
-def openrlhf_records(scalars: Mapping[str, Sequence[Sequence[float]]], kl: bool = True) -> list[dict[str, float]]:
+def openrlhf_loss_records(lines: Iterable[str], micro_batches_per_rl_step: int) -> dict[int, dict[str, float]]:
+    """The loss metrics of each RL step from the OpenRLHF adapter's side file (module docstring).
+
+    Args:
+        lines: the side file's lines, one JSON object per micro-batch (blank lines skipped):
+            ``{"rank", "tokens", "sequences", "metrics": {core key: value}}``.
+        micro_batches_per_rl_step: micro-batches per RL step on one rank, epochs included
+            (responses per step / ranks / micro_batch_size * epochs_per_batch).
+
+    Returns:
+        ``{RL step: {name: value}}`` for the names of ``OPENRLHF_LOSS_METRICS`` the loss
+        reported: token-weighted means, minimum of minima, maximum of maxima over the RL step's
+        micro-batches of every rank; ValueError for a rank whose line count is no whole number
+        of RL steps.
+    """
+    by_rank: dict[int, list[Mapping[str, Any]]] = {}
+    for line in lines:
+        if line.strip():
+            entry = json.loads(line)
+            by_rank.setdefault(int(entry["rank"]), []).append(entry)
+    parts: dict[int, list[tuple[Mapping[str, float], float]]] = {}
+    for rank, entries in sorted(by_rank.items()):
+        if len(entries) % micro_batches_per_rl_step:
+            raise ValueError(
+                f"rank {rank} wrote {len(entries)} micro-batches, "
+                f"not a multiple of {micro_batches_per_rl_step} per RL step"
+            )
+        for index, entry in enumerate(entries):
+            values = {name: float(entry["metrics"][name]) for name in OPENRLHF_LOSS_METRICS if name in entry["metrics"]}
+            parts.setdefault(index // micro_batches_per_rl_step + 1, []).append((values, float(entry["tokens"])))
+    return {step: aggregate([p for p in step_parts if p[1] > 0]) for step, step_parts in sorted(parts.items())}
+
+
+def openrlhf_records(
+    scalars: Mapping[str, Sequence[Sequence[float]]],
+    kl: bool = True,
+    loss: Mapping[int, Mapping[str, float]] | None = None,
+) -> list[dict[str, float]]:
     """One vocabulary record per RL step from OpenRLHF's TensorBoard scalars (module docstring).
 
     Args:
         scalars: ``{tag: [(global step, value), ...]}`` as ``gmpo_plugins.frameworks.scalars``
             reads them; a step logged twice keeps its last value.
         kl: False when the run had no reference model (``kl_coef`` 0): ``train/kl`` is then left out.
+        loss: the loss metrics of each RL step (``openrlhf_loss_records``), merged into its record.
 
     Returns:
         Records in RL-step order, one per global step OpenRLHF logged ``train/policy_loss`` for,
@@ -164,5 +252,6 @@ def openrlhf_records(scalars: Mapping[str, Sequence[Sequence[float]]], kl: bool 
         for name, tag in OPENRLHF_NAMES.items():
             if step in by_tag.get(tag, {}) and (kl or name != "kl"):
                 record[name] = by_tag[tag][step]
-        records.append(record)
+        record.update((loss or {}).get(step, {}))
+        records.append({"step": step, **ordered(record)})
     return records

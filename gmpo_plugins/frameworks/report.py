@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gmpo_plugins.frameworks.first_update import (
-    TOLERANCE,
     FirstUpdateError,
     PairComparison,
     compare_pair,
@@ -26,7 +25,7 @@ from gmpo_plugins.frameworks.first_update import (
 from gmpo_plugins.frameworks.launch import Launch
 from gmpo_plugins.frameworks.metrics import VOCABULARY
 from gmpo_plugins.frameworks.plots import write_plot
-from gmpo_plugins.frameworks.runner import FrameworkRun
+from gmpo_plugins.frameworks.runner import FrameworkRun, optimiser_steps_per_rl_step
 from gmpo_plugins.frameworks.spec import RunSpec
 
 
@@ -68,12 +67,12 @@ def first_updates(
     saved = {run.framework: (run.first_update, run.records) for run in runs if run.complete and run.first_update}
     names = [run.framework for run in runs if run.framework in saved]
     if len(names) < 2:
-        return [], "fewer than two complete runs left their parameters after the first update (the CPU stand-ins do)"
+        return [], "fewer than two complete runs left their parameters after the first RL step (the CPU stand-ins do)"
     by_name = {launch.framework: launch for launch in launches}
     try:
         initial = initial_parameters(spec.model)
         pairs = [
-            compare_pair(initial, saved, by_name, first, second, spec.dtype)
+            compare_pair(initial, saved, by_name, first, second, spec.dtype, optimiser_steps_per_rl_step(spec))
             for i, first in enumerate(names)
             for second in names[i + 1 :]
         ]
@@ -105,15 +104,17 @@ def _explanation(pair: PairComparison) -> str:
     return "none of the named behaviours differs: unexplained"
 
 
-def first_update_lines(pairs: Sequence[PairComparison], why_not: str) -> list[str]:
-    """The report's first-update section (``first_update``)."""
-    lines = ["", "## First update", ""]
+def first_update_lines(pairs: Sequence[PairComparison], why_not: str, optimiser_steps: int = 1) -> list[str]:
+    """The report's first-RL-step section (``first_update``)."""
+    lines = ["", "## First RL step", ""]
     if not pairs:
         return [*lines, f"({why_not})"]
+    steps = "1 optimiser step" if optimiser_steps == 1 else f"{optimiser_steps} optimiser steps"
     lines += [
-        "Largest parameter difference after the first optimiser step, over the largest update "
-        f"(float32 tolerance {TOLERANCE:g}; `gmpo_plugins.frameworks.first_update`). Where two frameworks "
-        "differ, the behaviours of theirs that reach the first step and differ are named.",
+        f"Largest parameter difference after the first RL step ({steps} on the first rollout batch), over "
+        "the largest update (float32 tolerance (2^K - 1) * 1e-5 for K chained steps; "
+        "`gmpo_plugins.frameworks.first_update`). Where two frameworks differ, the behaviours of theirs that "
+        "reach the first RL step and differ are named.",
         "",
         "| frameworks | max rel. difference | tolerance | verdict | step-1 reward | named behaviours that differ |",
         "|---|---|---|---|---|---|",
@@ -146,7 +147,7 @@ def write_report(
         if launch.framework not in ran:
             lines.append(f"| {launch.framework} | incomplete: not run (interrupted) | | 0 | |")
     pairs, why_not = first_updates(spec, runs, launches)
-    lines += first_update_lines(pairs, why_not)
+    lines += first_update_lines(pairs, why_not, optimiser_steps_per_rl_step(spec))
     lines += ["", "## Per step", "", _plot_line(out, runs), "", step_tables(runs) or "(no metrics)"]
     lines += ["", "## Differences the spec cannot remove"]
     for launch in launches:

@@ -19,10 +19,10 @@ where its interpreter sees no GPU), ``verl`` and ``openrlhf`` (on a GPU, or with
 stand-ins of ``examples/verl_cpu`` and ``examples/openrlhf_cpu``): ``standins``. SkyRL is
 refused before anything starts (``RUNNABLE``).
 
-``FrameworkRun.first_update`` names the torch file of the actor's parameters after its first
-optimiser step where the stand-ins left one (``LocalLaunch.first_update``), and only when the
-spec has one optimiser step per RL step: verl and OpenRLHF hand their weights to the rollout
-engine once per RL step, so what they left is the first update only then.
+``FrameworkRun.first_update`` names the torch file of the actor's parameters after the first
+RL step (all its optimiser steps on the first rollout batch) where the stand-ins left one
+(``LocalLaunch.first_update``): verl and OpenRLHF hand their weights to the rollout engine once
+per RL step, TRL's callback saves them after the RL step's last optimiser step.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
-from gmpo_plugins.frameworks.metrics import openrlhf_records, trl_records, verl_records
+from gmpo_plugins.frameworks.metrics import openrlhf_loss_records, openrlhf_records, trl_records, verl_records
 from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.standins import LocalLaunch, StandinsError, local_launch
+from gmpo_plugins.frameworks.standins import OPENRLHF_METRICS_ENV, LocalLaunch, StandinsError, local_launch
 
 RUNNABLE = ("verl", "openrlhf", "trl")
 END_WAIT_S = 10.0
@@ -194,7 +194,7 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
         return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
-    update = first_update(spec, local)
+    update = first_update(local)
     return FrameworkRun(launch.framework, True, seconds, records, standins=local.standins, first_update=update)
 
 
@@ -217,7 +217,12 @@ def read_records(
         return verl_records(lines, memory=not local.standins)
     if framework == "openrlhf":
         logdir = local.launch.argv[local.launch.argv.index(TENSORBOARD_FLAG) + 1]
-        return openrlhf_records(tensorboard_scalars(python, logdir, env), kl=spec.kl_coef > 0)
+        side_file = Path(local.launch.env.get(OPENRLHF_METRICS_ENV, ""))
+        loss = None
+        if side_file.is_file():
+            per_step = spec.responses_per_step // spec.micro_batch_size * spec.epochs_per_batch
+            loss = openrlhf_loss_records(side_file.read_text().splitlines(), per_step)
+        return openrlhf_records(tensorboard_scalars(python, logdir, env), kl=spec.kl_coef > 0, loss=loss)
     raise RunnerError(f"{framework}: no metrics reader")
 
 
@@ -232,8 +237,8 @@ def tensorboard_scalars(python: str, logdir: str, env: Mapping[str, str]) -> dic
     return json.loads(done.stdout)
 
 
-def first_update(spec: RunSpec, local: LocalLaunch) -> str:
-    """The file of the actor's parameters after its first optimiser step, or "" (module docstring)."""
-    if not local.first_update or optimiser_steps_per_rl_step(spec) != 1:
+def first_update(local: LocalLaunch) -> str:
+    """The file of the actor's parameters after the first RL step, or "" (module docstring)."""
+    if not local.first_update:
         return ""
     return local.first_update if Path(local.first_update).is_file() else ""

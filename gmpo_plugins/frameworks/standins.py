@@ -39,7 +39,9 @@ token ids and the sample's index for that prompt), so frameworks that hold the s
 the same responses, and each leaves the parameters after the first optimiser step in its
 folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
 receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
-(``record/engine_weights_1.pt``), TRL's callback the model after step 1 (``TRL_CPU_FIRST_UPDATE``).
+(``record/engine_weights_1.pt``), TRL's callback the model after the last optimiser step of RL step 1
+(``TRL_CPU_FIRST_UPDATE``). An OpenRLHF launch also names the adapter's side file of loss
+metrics, ``loss_metrics.jsonl`` in its folder (``OPENRLHF_METRICS_ENV``; ``metrics``).
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
@@ -73,6 +75,8 @@ OPENRLHF_CPU_ARGS = ("--ds.attn_implementation", "sdpa")
 OPENRLHF_RAY = {"num_cpus": 6, "num_gpus": 3}  # logical: the actor, a reference model, one vLLM engine
 OPENRLHF_RECORD = "record"  # under the run's folder: the stand-in engine's completions and weights
 OPENRLHF_RECORD_ENV = "OPENRLHF_E2E_RECORD_DIR"
+OPENRLHF_METRICS_ENV = "GMPO_PLUGINS_OPENRLHF_METRICS"  # the adapter's side file of loss metrics
+OPENRLHF_METRICS = "loss_metrics.jsonl"
 OPENRLHF_FIRST_SYNC = "engine_weights_1.pt"  # the weights of the engine's first sync: after RL step 1
 FP32 = ("--ds.param_dtype", "fp32")
 PROBE = "import torch; print(torch.cuda.device_count())"
@@ -161,7 +165,7 @@ def _openrlhf(launch: Launch, python: str, folder: Path) -> LocalLaunch:
         _require_examples("openrlhf", python, "openrlhf_cpu/standins", "sitecustomize.py")
     ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
     argv = (*OPENRLHF_MODULE, *launch.argv[1:], *OPENRLHF_COUNTS)
-    env = {**launch.env, "RAY_TMPDIR": ray_dir}
+    env = {**launch.env, "RAY_TMPDIR": ray_dir, OPENRLHF_METRICS_ENV: str(folder / OPENRLHF_METRICS)}
     if gpus > 0:
         return LocalLaunch(replace(launch, argv=argv, env=env), ray_dir=ray_dir)
     record = folder / OPENRLHF_RECORD

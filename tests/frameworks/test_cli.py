@@ -195,7 +195,7 @@ def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert headers(out) == ALL_FOUR
     assert "refused: skyrl cannot express adam_eps=100.0" in out and "adam_eps=100.0" in err
-    # 2 prompts x 2 rollouts, one optimiser step of 4 responses per RL step, 3 steps
-    assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out
-    assert "--data.max_samples 6 \\" in out and "'max_steps': 3" in out
+    # 2 prompts x 2 rollouts, one mini-batch of 4 responses, 2 epochs: 2 optimiser steps per RL step, 3 steps
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out and "actor.ppo_epochs=2 \\" in out
+    assert "--data.max_samples 6 \\" in out and "'max_steps': 6" in out and "'num_iterations': 2" in out
     assert "--ds.param_dtype fp32 \\" in out and "'adam_epsilon': 100.0" in out

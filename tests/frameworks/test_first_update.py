@@ -14,11 +14,13 @@ from gmpo_plugins.frameworks.first_update import (
     FirstUpdateError,
     PairComparison,
     causes,
+    clip_difference,
     compare_pair,
     initial_parameters,
     load_parameters,
     relative_difference,
     step_one_reward,
+    tolerance,
 )
 from gmpo_plugins.frameworks.launch import Difference, Launch
 
@@ -209,6 +211,31 @@ def test_compare_pair_reads_both_files(tmp_path, dtype, tolerance, identical):
     assert (result.tolerance, result.identical) == (tolerance, identical)
     assert result.rewards == (0.5, None) and result.same_rewards is None
     assert result.causes == ("advantages: verl A; trl B",)
+
+
+def test_the_tolerance_of_chained_steps_doubles_each_earlier_steps_share():
+    # (2^K - 1) * 1e-5: K = 1 the single-step tolerance, K = 2 three times it, K = 3 seven times
+    assert [tolerance("float32", k) for k in (1, 2, 3)] == pytest.approx([1e-5, 3e-5, 7e-5], rel=1e-12)
+    assert tolerance("bfloat16", 2) is None
+
+
+def test_differing_clip_fractions_are_named_where_nothing_else_explains_a_difference(tmp_path):
+    first = [{"step": 1, "reward": 0.5, "clip_frac_low": 0.078125, "clip_frac_high": 0.0625}]
+    same = [{"step": 1, "reward": 0.5, "clip_frac_low": 0.078125, "clip_frac_high": 0.0625}]
+    higher = [{"step": 1, "reward": 0.5, "clip_frac_low": 0.078125, "clip_frac_high": 0.125}]
+    assert clip_difference(first, same) == ""
+    assert clip_difference(first, [{"step": 1, "reward": 0.5}]) == ""  # not logged: nothing observed
+    observed = "clip (observed): the step-1 clip fractions differ (clip_frac_high 0.0625 / 0.125)"
+    assert clip_difference(first, higher) == observed
+    torch.save(UPDATED, tmp_path / "verl.pt")
+    torch.save(params(w=[0.5078125, 1.0], b=[-2.0]), tmp_path / "trl.pt")
+    runs = {"verl": (str(tmp_path / "verl.pt"), first), "trl": (str(tmp_path / "trl.pt"), higher)}
+    launches = {"verl": launch("verl", ("advantages", "A")), "trl": launch("trl", ("advantages", "A"))}
+    result = compare_pair(THETA0, runs, launches, "verl", "trl", "float32", 2)
+    assert (result.tolerance, result.identical, result.causes) == (pytest.approx(3e-5), False, (observed,))
+    # a named behaviour that differs is what the report gives; the observation only stands in for none
+    launches["trl"] = launch("trl", ("advantages", "B"))
+    assert compare_pair(THETA0, runs, launches, "verl", "trl", "float32", 2).causes == ("advantages: verl A; trl B",)
 
 
 def test_without_safetensors_the_initial_model_is_not_read(tmp_path, monkeypatch):

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from gmpo_plugins.frameworks.metrics import openrlhf_records, trl_records, verl_records
+from gmpo_plugins.adapters.openrlhf.metrics_file import METRICS_FILE_ENV
+from gmpo_plugins.frameworks.metrics import (
+    aggregate,
+    openrlhf_loss_records,
+    openrlhf_records,
+    trl_records,
+    verl_records,
+)
+from gmpo_plugins.frameworks.standins import OPENRLHF_METRICS_ENV
 
 
 def test_optimiser_steps_are_grouped_into_rl_steps():
@@ -24,6 +32,36 @@ def test_optimiser_steps_are_grouped_into_rl_steps():
         # RL step 2 = optimiser step 3; kl only where TRL logged it, nothing invented
         {"step": 2, "reward": 2.0, "policy_loss": 0.25, "kl": 0.125, "step_time": 1.0},
     ]
+
+
+def test_trls_log_ratio_range_is_the_extremum_over_the_optimiser_steps_as_verls_is():
+    """The on-policy first optimiser step logs a log-ratio range of exactly 0; the second the
+    range of the moved policy. The RL step's range is the second's, not the mean with 0 (which
+    would read half of it)."""
+    history = [
+        {"step": 1, "policy_loss": 0.0, "log_ratio_min": 0.0, "log_ratio_max": 0.0},
+        {"step": 2, "policy_loss": 0.0, "log_ratio_min": -0.0873, "log_ratio_max": 0.0514},
+    ]
+    (record,) = trl_records(history, optimiser_steps_per_rl_step=2)
+    assert record["log_ratio_min"] == -0.0873 and record["log_ratio_max"] == 0.0514
+    line = verl_line(1, **{"actor/gmpo/log_ratio_min": -0.0873, "actor/gmpo/log_ratio_max": 0.0514})
+    (verl,) = verl_records([line])
+    assert (verl["log_ratio_min"], verl["log_ratio_max"]) == (record["log_ratio_min"], record["log_ratio_max"])
+
+
+def test_aggregate_min_of_minima_max_of_maxima_sums_and_count_weighted_means():
+    parts = [
+        ({"log_ratio_min": -0.5, "log_ratio_max": 0.25, "clip_frac_low": 0.5, "step_time": 1.0}, 3.0),
+        ({"log_ratio_min": -0.25, "log_ratio_max": 0.75, "clip_frac_low": 0.0, "step_time": 2.0}, 1.0),
+        ({"entropy": 2.0}, 4.0),  # a metric one part lacks: aggregated over the parts that have it
+    ]
+    assert aggregate(parts) == {
+        "log_ratio_min": -0.5,
+        "log_ratio_max": 0.75,
+        "clip_frac_low": 0.375,  # (3 * 0.5 + 1 * 0) / (3 + 1)
+        "step_time": 3.0,
+        "entropy": 2.0,
+    }
 
 
 def test_no_entries_no_records():
@@ -102,3 +140,71 @@ def test_openrlhf_a_step_logged_twice_keeps_its_last_value_and_a_missing_tag_is_
     scalars = {"train/policy_loss": [[1, 0.5], [1, 0.25]], "train/actor_grad_norm": [[1, 1.0]]}
     assert openrlhf_records(scalars) == [{"step": 1, "policy_loss": 0.25, "grad_norm": 1.0}]
     assert openrlhf_records({"train/actor_grad_norm": [[1, 1.0]]}) == []  # no policy loss: no RL step ran
+
+
+def side_line(tokens: int, rank: int = 0, **metrics: float) -> str:
+    return json.dumps({"rank": rank, "tokens": tokens, "sequences": 2, "metrics": metrics})
+
+
+def test_openrlhf_side_file_token_weighted_per_rl_step_and_merged():
+    lines = [
+        # RL step 1: two micro-batches of 6 and 2 tokens
+        side_line(6, clip_frac_low=0.5, clip_frac_high=0.0, log_ratio_min=-0.25, log_ratio_max=0.5, policy_loss=1.0),
+        side_line(2, clip_frac_low=0.0, clip_frac_high=1.0, log_ratio_min=-0.75, log_ratio_max=0.25),
+        "",
+        # RL step 2
+        side_line(4, clip_frac_low=0.25, clip_frac_high=0.25, log_ratio_min=0.0, log_ratio_max=0.0),
+        side_line(4, clip_frac_low=0.75, clip_frac_high=0.0, log_ratio_min=-0.5, log_ratio_max=1.0),
+    ]
+    loss = openrlhf_loss_records(lines, micro_batches_per_rl_step=2)
+    assert loss == {
+        # (6 * 0.5 + 2 * 0) / 8, (6 * 0 + 2 * 1) / 8; policy_loss is OpenRLHF's own (TensorBoard), not read here
+        1: {"clip_frac_low": 0.375, "clip_frac_high": 0.25, "log_ratio_min": -0.75, "log_ratio_max": 0.5},
+        2: {"clip_frac_low": 0.5, "clip_frac_high": 0.125, "log_ratio_min": -0.5, "log_ratio_max": 1.0},
+    }
+    records = openrlhf_records(OPENRLHF_SCALARS, kl=False, loss=loss)
+    assert records[0] == {
+        "step": 1,
+        "reward": 1.5,
+        "policy_loss": 0.125,
+        "clip_frac_low": 0.375,
+        "clip_frac_high": 0.25,
+        "log_ratio_min": -0.75,
+        "log_ratio_max": 0.5,
+        "grad_norm": 2.0,
+        "step_time": 0.5,
+    }
+    assert list(records[0]) == ["step", *[name for name in records[0] if name != "step"]]
+
+
+def test_openrlhf_side_file_ranks_are_pooled_and_a_partial_step_refused():
+    lines = [side_line(2, rank=0, clip_frac_low=1.0), side_line(6, rank=1, clip_frac_low=0.0)]
+    assert openrlhf_loss_records(lines, micro_batches_per_rl_step=1) == {1: {"clip_frac_low": 0.25}}  # 2 / 8
+    with pytest.raises(ValueError, match="rank 0 wrote 3 micro-batches, not a multiple of 2 per RL step"):
+        openrlhf_loss_records([side_line(1)] * 3, micro_batches_per_rl_step=2)
+
+
+def test_the_stand_ins_name_the_side_file_the_adapter_writes():
+    assert OPENRLHF_METRICS_ENV == METRICS_FILE_ENV
+
+
+def test_the_openrlhf_side_file_holds_each_micro_batchs_metrics_and_counts(tmp_path, monkeypatch):
+    import torch
+
+    from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
+
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])  # 3 valid tokens in 2 sequences
+    metrics = {"clip_frac_low": torch.tensor(1 / 3), "log_ratio_min": torch.tensor(-0.5)}
+    record_loss_metrics(metrics, mask)  # no file named: nothing written
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(METRICS_FILE_ENV, str(tmp_path / "loss.jsonl"))
+    record_loss_metrics(metrics, mask)
+    record_loss_metrics(metrics, mask)
+    lines = (tmp_path / "loss.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    assert json.loads(lines[0]) == {
+        "rank": 0,
+        "tokens": 3,
+        "sequences": 2,
+        "metrics": {"clip_frac_low": pytest.approx(1 / 3), "log_ratio_min": -0.5},
+    }

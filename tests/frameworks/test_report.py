@@ -28,7 +28,7 @@ VERL = FrameworkRun(
 )
 TRL = FrameworkRun("trl", True, 3.0, records=[{"step": 1, "reward": 0.25, "entropy": 3.0}])
 LAUNCHES = [Launch("verl", ("python3",)), Launch("trl", ("python3",))]
-NONE_SAVED = "(fewer than two complete runs left their parameters after the first update (the CPU stand-ins do))"
+NONE_SAVED = "(fewer than two complete runs left their parameters after the first RL step (the CPU stand-ins do))"
 
 
 def test_the_report_has_a_plot_and_a_table_per_metric(tmp_path, write_spec):
@@ -41,7 +41,7 @@ def test_the_report_has_a_plot_and_a_table_per_metric(tmp_path, write_spec):
     assert "### reward\n\n| step | verl | trl |\n|---|---|---|\n| 1 | 0.5 | 0.25 |\n| 2 | 0.75 |  |" in report
     assert "| verl | complete | 12.0 | 2 | examples/verl_cpu (CPU platform) |" in report
     assert "| trl | complete | 3.0 | 1 | none |" in report
-    assert f"## First update\n\n{NONE_SAVED}\n" in report  # neither run left its parameters
+    assert f"## First RL step\n\n{NONE_SAVED}\n" in report  # neither run left its parameters
     records = json.loads((tmp_path / "records.json").read_text())
     assert sorted(records) == ["first_update", "runs"] and records["first_update"] == []
     assert sorted(records["runs"]) == ["trl", "verl"]
@@ -92,7 +92,7 @@ def first_update_rows(tmp_path, write_spec, spec_dir, dtype, trl_update, trl_rew
     out.mkdir()
     assert write_report(out, "run.toml", spec, runs, launches) is True
     report = (out / "report.md").read_text()
-    section = report[report.index("## First update") : report.index("## Per step")].strip().splitlines()
+    section = report[report.index("## First RL step") : report.index("## Per step")].strip().splitlines()
     if section[2].startswith("("):
         return section[2:], json.loads((out / "records.json").read_text())["first_update"]
     assert section[4:6] == [HEADER, "|---|---|---|---|---|---|"]

@@ -315,3 +315,19 @@ def test_the_loss_aggregation_does_not_reach_the_first_update_comparison(write_s
     spec = load_spec(write_spec())
     for framework in TRANSLATORS:
         assert "loss aggregation" not in first_update(spec, framework)
+
+
+def test_the_mini_batch_order_is_named_only_where_an_epoch_has_several_mini_batches(write_spec):
+    # 2 prompts x 2 rollouts = 4 responses per RL step: 2 mini-batches of 2, or 1 of 4 twice
+    several = load_spec(write_spec(mini_batch_size=2, micro_batch_size=2))
+    one = load_spec(write_spec(mini_batch_size=4, micro_batch_size=2, epochs_per_batch=2))
+    orders = {
+        "verl": "rollout order",
+        "openrlhf": "a shuffle by OpenRLHF's replay-buffer DataLoader, new every epoch",
+        "trl": "a shuffle by TRL's seeded generator",
+        "skyrl": "rollout order",
+    }
+    for framework, order in orders.items():
+        assert first_update(several, framework)["mini-batch order"] == order
+        # one mini-batch per epoch: its order inside changes the summation order only
+        assert "mini-batch order" not in first_update(one, framework)

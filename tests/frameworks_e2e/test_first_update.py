@@ -1,13 +1,15 @@
-"""The first update, identical across trainers: the example spec through verl's RayPPOTrainer,
-OpenRLHF's train_ppo_ray and TRL's GRPOTrainer (each in its own virtualenv, on the CPU
-stand-ins, which all draw the first rollout from examples/seeded_generation.py), then
-``gmpo_plugins.frameworks.first_update`` on the parameters each left after its first step.
+"""The first RL step, identical across trainers with the clip acting: the example spec through
+verl's RayPPOTrainer, OpenRLHF's train_ppo_ray and TRL's GRPOTrainer (each in its own virtualenv,
+on the CPU stand-ins, which all draw the first rollout from examples/seeded_generation.py), then
+``gmpo_plugins.frameworks.first_update`` on the parameters each left after the first RL step.
 
-The example is float32 with AdamW's first step made gradient-sized (eps = 100: lr / eps * g) and no
-clipping in effect, so a gradient that differs by a factor or by 1e-4 of itself moves the update
-by as much. One RL step each: OpenRLHF always shuffles its prompts, so over several steps its first
-batch is a random draw of the run's prompts (a named difference); with one step it is the same
-two prompts as the others'.
+The example is float32 with AdamW's steps made gradient-sized (eps = 100: lr / eps * m) and no
+gradient clipping in effect, so a gradient that differs by a factor or by 1e-4 of itself moves the
+update by as much. Its RL step is two optimiser steps (one mini-batch of the 4 responses, 2
+epochs): in the second the ratios differ from 1 and tokens are clipped (clip fractions above 0 in
+every trainer's log). One RL step each: OpenRLHF always shuffles its prompts, so over several
+steps its first batch is a random draw of the run's prompts (a named difference); with one step
+it is the same two prompts as the others'.
 
 Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL}`` naming the three
 virtualenvs.
@@ -21,13 +23,35 @@ import json
 import pytest
 
 from gmpo_plugins.cli import main
-from gmpo_plugins.frameworks.first_update import TOLERANCE
+from gmpo_plugins.frameworks.first_update import tolerance
 from gmpo_plugins.frameworks.translate import TRANSLATORS
 from tests.example_runs import example_in, first_rollout_reward
 
 ONE_STEP = {"steps = 3": "steps = 1"}
 ALIGNED = {**ONE_STEP, "advantage_std_norm = true": "advantage_std_norm = false"}
 TRL_EPSILON = "advantages: verl (r - group mean) / (group std + 1e-6); trl (r - group mean) / (group std + 1e-4)"
+CHAINED = tolerance("float32", 2)  # two optimiser steps: 3e-5
+# group-std advantages, and two mini-batches of 2 responses in one epoch: still two optimiser
+# steps, now on different responses
+STD_AND_TWO_MINI_BATCHES = {
+    **ONE_STEP,
+    "mini_batch_size = 4": "mini_batch_size = 2",
+    "micro_batch_size = 4": "micro_batch_size = 2",
+    "epochs_per_batch = 2": "epochs_per_batch = 1",
+    "seed = 0": "seed = 1",  # TRL's shuffle under seed 0 happens to keep the rollout order's two mini-batches
+}
+MINI_BATCH_ORDER = "mini-batch order: verl rollout order; trl a shuffle by TRL's seeded generator"
+GSPO = {
+    **ALIGNED,
+    'loss = "gmpo"': 'loss = "gspo"',
+    "eps_low = 0.4": "eps_low = 0.0003",  # gspo's own bounds on the sequence ratio
+    "eps_high = 0.4": "eps_high = 0.0004",
+}
+
+
+def step_one(records: dict, framework: str) -> dict:
+    (record,) = [r for r in records["runs"][framework]["records"] if r["step"] == 1]
+    return record
 
 
 def run(folder, frameworks: str, **replace: str) -> tuple[int, dict, str]:
@@ -44,7 +68,7 @@ def aligned(tmp_path_factory):
     return folder, *run(folder, "verl,openrlhf,trl", **ALIGNED)
 
 
-def test_the_first_update_is_the_same_in_verl_openrlhf_and_trl(aligned):
+def test_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl_with_the_clip_acting(aligned):
     folder, status, records, report = aligned
     assert status == 0, report
     assert all(run["complete"] and run["standins"] for run in records["runs"].values())
@@ -52,40 +76,66 @@ def test_the_first_update_is_the_same_in_verl_openrlhf_and_trl(aligned):
     assert sorted(pairs) == [("openrlhf", "trl"), ("verl", "openrlhf"), ("verl", "trl")]
     expected_reward = first_rollout_reward(folder)
     for pair in pairs.values():
-        assert pair["rel"] <= TOLERANCE and pair["identical"] is True, pair
+        assert pair["tolerance"] == CHAINED
+        assert pair["rel"] <= CHAINED and pair["identical"] is True, pair
         assert pair["causes"] == []
         assert pair["step_one_rewards"] == pytest.approx([expected_reward] * 2, rel=1e-6)
     assert report.count(" | identical | ") == 3
+    # the clip acted, the same way in each trainer's own log (the side file for OpenRLHF's)
+    verl = step_one(records, "verl")
+    assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0
+    assert verl["log_ratio_min"] < -0.4 or verl["log_ratio_max"] > 0.4  # beyond the clip bound
+    for framework in ("openrlhf", "trl"):
+        other = step_one(records, framework)
+        for name in ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max"):
+            assert other[name] == pytest.approx(verl[name], rel=1e-4, abs=1e-6), (framework, name)
 
 
-def test_trls_advantage_epsilon_is_the_named_difference(tmp_path):
-    """With group-std advantages TRL adds 1e-4 to the std where verl adds 1e-6: the report names
-    it; the aligned run (r - group mean, no epsilon) shows the difference gone."""
-    status, records, report = run(tmp_path, "verl,trl", **ONE_STEP)
+def test_trls_advantage_epsilon_and_the_mini_batch_order_are_the_named_differences(tmp_path):
+    """Group-std advantages (TRL adds 1e-4 to the std where verl adds 1e-6) and two mini-batches of
+    2 in one epoch (verl takes them in rollout order, TRL shuffles the rollout batch first, so its
+    second optimiser step sees other responses): the report names both. The aligned run (r - group
+    mean; one mini-batch per epoch, the same two optimiser steps) shows both gone."""
+    status, records, report = run(tmp_path, "verl,trl", **STD_AND_TWO_MINI_BATCHES)
     assert status == 0, report
     (pair,) = records["first_update"]
-    assert pair["identical"] is False and pair["causes"] == [TRL_EPSILON]
-    # the same rollout (same rewards); a difference of the order of 1e-4 / std, not of the update
+    # the same rollout (same rewards)
     assert pair["step_one_rewards"][0] == pytest.approx(pair["step_one_rewards"][1], rel=1e-6)
-    assert 1e-5 < pair["rel"] < 1e-2
-    assert f"| verl / trl | {pair['rel']:.2e} | 1e-05 | DIFFERENT |" in report and TRL_EPSILON in report
+    assert pair["identical"] is False and pair["causes"] == [TRL_EPSILON, MINI_BATCH_ORDER]
+    assert f"| verl / trl | {pair['rel']:.2e} | 3e-05 | DIFFERENT |" in report
+    assert TRL_EPSILON in report and MINI_BATCH_ORDER in report
 
 
-def test_a_setting_flipped_in_one_framework_is_flagged(tmp_path, monkeypatch):
-    """TRL's translation with the group-std scaling the spec turned off: the runs complete, and
-    the first update is flagged different with no named behaviour to explain it."""
+def test_a_clip_bound_flipped_in_one_framework_is_named_by_its_clip_fractions(tmp_path, monkeypatch):
+    """TRL's translation with its upper clip bound halved after translation: the runs complete, the
+    first RL step is flagged different, and the report names the clip from the step-1 clip
+    fractions the two trainers logged (no behaviour of the launches explains it)."""
     translate = TRANSLATORS["trl"]
 
-    def with_std_scaling(spec):
+    def with_a_lower_upper_bound(spec):
         launch = translate(spec)
         script = launch.files["train_trl.py"]
-        assert "'scale_rewards': 'none'" in script
-        flipped = script.replace("'scale_rewards': 'none'", "'scale_rewards': 'group'")
+        assert "'epsilon_high': 0.4" in script
+        flipped = script.replace("'epsilon_high': 0.4", "'epsilon_high': 0.2")
         return dataclasses.replace(launch, files={**launch.files, "train_trl.py": flipped})
 
-    monkeypatch.setitem(TRANSLATORS, "trl", with_std_scaling)
+    monkeypatch.setitem(TRANSLATORS, "trl", with_a_lower_upper_bound)
     status, records, report = run(tmp_path, "verl,trl", **ALIGNED)
     assert status == 0, report
     (pair,) = records["first_update"]
-    assert pair["identical"] is False and pair["causes"] == [] and pair["rel"] > 1e-2
-    assert "DIFFERENT" in report and "none of the named behaviours differs: unexplained" in report
+    assert pair["identical"] is False and pair["rel"] > CHAINED
+    (cause,) = pair["causes"]
+    assert cause.startswith("clip (observed): the step-1 clip fractions differ (clip_frac_high ")
+    assert step_one(records, "trl")["clip_frac_high"] > step_one(records, "verl")["clip_frac_high"]
+    assert "DIFFERENT" in report and cause in report
+
+
+def test_gspo_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl(tmp_path):
+    """A second loss: gspo (sequence-level ratio, its own bounds 3e-4 / 4e-4) through the three
+    trainers, the clip acting on whole sequences in the second optimiser step."""
+    status, records, report = run(tmp_path, "verl,openrlhf,trl", **GSPO)
+    assert status == 0, report
+    for pair in records["first_update"]:
+        assert pair["rel"] <= CHAINED and pair["identical"] is True, pair
+    for framework in ("verl", "openrlhf", "trl"):
+        assert step_one(records, framework)["clip_frac_low"] + step_one(records, framework)["clip_frac_high"] > 0

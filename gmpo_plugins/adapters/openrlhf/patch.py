@@ -22,6 +22,8 @@ is not patched: its ``__init__`` only refuses a registry ``policy_loss_type`` wi
 UnsupportedOpenRLHFVersionError naming the signature, and runs OpenRLHF's own ppo/gspo
 untouched (``refuse_registry_losses``).
 
+Every metric of ``out`` also goes to the side file of ``metrics_file`` when it is named.
+
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
 the last two are None as in OpenRLHF without IS correction (which is refused for registry
 losses). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
@@ -41,6 +43,7 @@ import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
+from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
 from gmpo_plugins.adapters.openrlhf.options import (
     OPENRLHF_OWN,
     LossPlan,
@@ -131,6 +134,7 @@ def registry_forward(
         validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),
         **plan.hparams,
     )
+    record_loss_metrics(out.metrics, mask)
     zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)
     return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), None, None
 

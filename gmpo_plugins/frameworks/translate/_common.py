@@ -108,4 +108,11 @@ def kl_placement(spec: RunSpec, where: str) -> str:
     return "no KL term (kl_coef = 0)" if spec.kl_coef == 0 else where
 
 
+def mini_batch_order(spec: RunSpec, order: str) -> str:
+    """The order of the mini-batches within an RL step (``Difference.first_update``): ``order``
+    where an epoch has several mini-batches; "" with one (its order inside then changes the
+    summation order only, which the tolerance covers)."""
+    return order if spec.responses_per_step > spec.mini_batch_size else ""
+
+
 FILE_ORDER = "the first prompts_per_step rows of the dataset"

@@ -47,6 +47,7 @@ from gmpo_plugins.frameworks.translate._common import (
     check_hparams,
     kl_placement,
     kl_refusal,
+    mini_batch_order,
     precision,
     reward_import,
 )
@@ -134,6 +135,12 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             else "stock OpenRLHF accepts --ds.param_dtype bf16 or fp16 only; fp32 runs only with the CPU "
             "stand-ins' patch (examples/openrlhf_cpu/standins), which adds it",
             precision(spec, "bf16 weights, float32 master weights"),
+        ),
+        Difference(
+            "mini-batch order",
+            "its replay buffer's DataLoader is built with shuffle=True (not configurable without ring "
+            "attention, tensor parallelism or dynamic batches): a new shuffle every epoch",
+            mini_batch_order(spec, "a shuffle by OpenRLHF's replay-buffer DataLoader, new every epoch"),
         ),
         Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
     )

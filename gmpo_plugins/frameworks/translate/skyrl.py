@@ -45,6 +45,7 @@ from gmpo_plugins.frameworks.translate._common import (
     check_hparams,
     kl_placement,
     kl_refusal,
+    mini_batch_order,
     precision,
     reward_import,
 )
@@ -143,6 +144,11 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             precision(spec, "bf16 compute, float32 master weights"),
         ),
         Difference("rewards", "a skyrl_gym environment step per response (one turn, done)"),
+        Difference(
+            "mini-batch order",
+            "the rollout batch split into mini-batches in rollout order, the same every epoch",
+            mini_batch_order(spec, "rollout order"),
+        ),
         Difference("rollouts", "SkyRL's inference engines (vLLM by default)"),
     )
 

@@ -41,6 +41,7 @@ from gmpo_plugins.frameworks.translate._common import (
     advantage_formula,
     check_hparams,
     kl_placement,
+    mini_batch_order,
     precision,
     reward_import,
 )
@@ -146,6 +147,12 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "precision",
             "bf16 is autocast over float32 weights (Trainer's bf16), not bf16 weights",
             precision(spec, "bf16 autocast, float32 weights"),
+        ),
+        Difference(
+            "mini-batch order",
+            "GRPOTrainer shuffles each generation batch (shuffle_sequence_dict, its seeded generator) before "
+            "splitting it into steps_per_generation micro-batches",
+            mini_batch_order(spec, "a shuffle by TRL's seeded generator"),
         ),
         Difference("rollouts", "TRL's own generation (transformers generate, or vLLM when use_vllm)"),
     )

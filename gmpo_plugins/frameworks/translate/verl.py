@@ -45,6 +45,7 @@ from gmpo_plugins.frameworks.translate._common import (
     check_hparams,
     kl_placement,
     kl_refusal,
+    mini_batch_order,
     precision,
     reward_import,
 )
@@ -95,6 +96,11 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "FSDP mixed precision: parameters cast to param_dtype for forward and backward, float32 "
             "master weights, reduction and optimiser",
             precision(spec, "bf16 compute, float32 master weights"),
+        ),
+        Difference(
+            "mini-batch order",
+            "actor.shuffle=false: the rollout batch split into mini-batches in rollout order, the same every epoch",
+            mini_batch_order(spec, "rollout order"),
         ),
         Difference("rollouts", "verl's rollout server (vLLM/SGLang; an HF-generate stand-in on CPU)"),
     )
