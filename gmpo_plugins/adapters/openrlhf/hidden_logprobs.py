@@ -115,6 +115,15 @@ def _head(model: Any) -> tuple[Any, Any]:
     return getattr(base, base.base_model_prefix), head
 
 
+_announced: list[str] = []
+
+
+def _announce(name: str) -> None:
+    """One line per process, at the first log-prob call on this path."""
+    _announced.append(name)
+    _log.warning("gmpo_plugins: %s=1: %s log-probs from the hidden states and the lm_head (pid %d)", ENV, name, os.getpid())
+
+
 def hidden_state_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     """``Actor.forward`` with log-prob calls computed from the hidden states (module docstring)."""
 
@@ -141,6 +150,8 @@ def hidden_state_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             raise HiddenLogProbsError(f"{ENV}=1: --ds.packing_samples and --ds.ring_attn_size > 1 are not supported")
         if mm_inputs or getattr(self, "is_vlm", False):
             raise HiddenLogProbsError(f"{ENV}=1: a vision-language actor is not supported")
+        if not _announced:
+            _announce(type(self).__name__)
         return _log_probs(self, sequences, action_mask, attention_mask, return_output, return_entropy)
 
     setattr(forward, _PATCHED, True)
@@ -190,7 +201,6 @@ def patch_actor(module: ModuleType) -> None:
     if getattr(actor.forward, _PATCHED, False):
         return
     actor.forward = hidden_state_forward(actor.forward)
-    _log.warning("gmpo_plugins: %s=1, OpenRLHF's actor log-probs come from the hidden states (pid %d)", ENV, os.getpid())
 
 
 def patch_if_enabled() -> None:
