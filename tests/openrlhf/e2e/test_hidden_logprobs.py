@@ -13,21 +13,26 @@ temperature, a shifted target or a missing gradient term moves the update by far
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from gmpo_plugins.adapters.openrlhf.hidden_logprobs import ENV
 from tests.openrlhf.e2e.invariance import relative_difference, step_args, update
-from tests.openrlhf.e2e.runner import initial_weights, run_gmpo_openrlhf
+from tests.openrlhf.e2e.runner import SHIMS, STANDINS, initial_weights, run_gmpo_openrlhf
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1800)]
 TOLERANCE = 1e-4
 KL = ("--algo.kl.use_loss", "--algo.kl.estimator", "k3", "--algo.kl.init_coef", "0.01")
+# the driver and its Ray workers import this checkout's gmpo_plugins, the one under test
+CHECKOUT = {"PYTHONPATH": os.pathsep.join([str(STANDINS), str(SHIMS), str(Path(__file__).parents[3])])}
 
 
 def test_the_step_equals_the_step_without_the_setting(fixtures, tmp_path):
     args = step_args("gmpo", "seq-mean-token-mean", 4, KL)
-    plain = run_gmpo_openrlhf(fixtures, tmp_path / "plain", args).check()
-    hidden = run_gmpo_openrlhf(fixtures, tmp_path / "hidden", args, extra_env={ENV: "1"}).check()
+    plain = run_gmpo_openrlhf(fixtures, tmp_path / "plain", args, extra_env=CHECKOUT).check()
+    hidden = run_gmpo_openrlhf(fixtures, tmp_path / "hidden", args, extra_env={**CHECKOUT, ENV: "1"}).check()
     announced = [line for line in hidden.output.splitlines() if f"{ENV}=1: Actor log-probs from the hidden" in line]
     assert any("PolicyModelActor" in line for line in announced), hidden.output[-4000:]
     assert any("ReferenceModelActor" in line for line in announced), hidden.output[-4000:]
