@@ -184,7 +184,9 @@ def run_fused_linear(
     largest = max(v for v, _ in heads)
     return {
         "versions": _versions(),
-        "rows": rows, "targets": _targets(rows, largest), "comparisons": _comparisons(rows),
+        "rows": rows,
+        "targets": _targets(rows, largest),
+        "comparisons": _comparisons(rows),
         "missing": missing,
     }
 
@@ -227,7 +229,9 @@ def _targets(rows: list[dict], vocab: int) -> list[dict]:
                 )
             )  # fmt: skip
         found.append(
-            dict(target=f"{where}: fused_linear_loss time <= {TARGET_TIME}x unfused", value=time, met=time <= TARGET_TIME)
+            dict(
+                target=f"{where}: fused_linear_loss time <= {TARGET_TIME}x unfused", value=time, met=time <= TARGET_TIME
+            )
         )
     return found
 

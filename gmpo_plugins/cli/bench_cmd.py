@@ -56,9 +56,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="VxH,...",
         help=f"run only the fused-linear section at these vocab x hidden sizes (default {DEFAULT_HEADS})",
     )
-    parser.add_argument(
-        "--fused-tokens", default="4x1024", help="BxT positions of the fused-linear section (4x1024)"
-    )
+    parser.add_argument("--fused-tokens", default="4x1024", help="BxT positions of the fused-linear section (4x1024)")
     parser.add_argument(
         "--fused-chunk", default=None, help="positions per chunk of fused_linear_loss (default: its own default)"
     )

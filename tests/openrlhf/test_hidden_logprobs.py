@@ -18,7 +18,14 @@ import torch
 from gmpo_plugins.adapters.openrlhf.hidden_logprobs import ENV, HiddenLogProbsError, enabled, hidden_state_forward
 
 CASES = {
-    "gmpo, KL loss": ["--actor.policy_loss_type", "gmpo", "--actor.eps_clip_low_high", "0.4", "0.4", "--algo.kl.use_loss"],
+    "gmpo, KL loss": [
+        "--actor.policy_loss_type",
+        "gmpo",
+        "--actor.eps_clip_low_high",
+        "0.4",
+        "0.4",
+        "--algo.kl.use_loss",
+    ],
     "ppo, entropy metric (coef 0)": ["--actor.policy_loss_type", "ppo", "--actor.entropy_coef", "0"],
 }
 

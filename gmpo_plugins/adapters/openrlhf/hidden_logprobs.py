@@ -121,7 +121,9 @@ _announced: list[str] = []
 def _announce(name: str) -> None:
     """One line per process, at the first log-prob call on this path."""
     _announced.append(name)
-    _log.warning("gmpo_plugins: %s=1: %s log-probs from the hidden states and the lm_head (pid %d)", ENV, name, os.getpid())
+    _log.warning(
+        "gmpo_plugins: %s=1: %s log-probs from the hidden states and the lm_head (pid %d)", ENV, name, os.getpid()
+    )
 
 
 def hidden_state_forward(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -174,7 +176,7 @@ def _log_probs(
     hidden = output.last_hidden_state[:, length - 1 - scored : length - 1]  # position t predicts token t + 1
     targets = sequences[:, length - scored :]
     positions = batch * scored
-    log_probs, entropy = ChunkedLogProbs.apply(  # type: ignore[no-untyped-call]  # torch's is unannotated
+    log_probs, entropy = ChunkedLogProbs.apply(
         hidden.reshape(positions, -1).to(head.weight.dtype),
         head.weight,
         head.bias,
