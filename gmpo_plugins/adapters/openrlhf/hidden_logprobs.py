@@ -98,9 +98,12 @@ def runtime_env(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def _head(model: Any) -> tuple[Any, Any]:
-    """(backbone, lm_head) of the Hugging Face causal LM inside OpenRLHF's ``Actor.model``."""
+    """(backbone, lm_head) of the Hugging Face causal LM inside OpenRLHF's ``Actor.model`` (which
+    OpenRLHF's DeepSpeed strategy replaces by the engine that wraps it)."""
     import torch
 
+    while isinstance(getattr(model, "module", None), torch.nn.Module):  # DeepSpeed's engine (OpenRLHF's strategy)
+        model = model.module
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
     head = base.get_output_embeddings()
     if type(head) is not torch.nn.Linear:
