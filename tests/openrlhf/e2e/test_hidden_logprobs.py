@@ -48,6 +48,7 @@ def test_the_step_equals_the_step_without_the_setting(fixtures, tmp_path):
     before = initial_weights(fixtures["model"])
     reference = update(plain, before)
     difference = relative_difference(update(hidden, before), reference)
+    print(f"relative difference of the updates: {difference:.1e}")  # shown with pytest -s or -rP
     assert difference <= TOLERANCE
     assert sum(float(delta.abs().sum()) for delta in reference.values()) > 0
     assert {"PolicyModelActor", "ReferenceModelActor"} <= _announced_by(hidden.output), hidden.output[-4000:]
