@@ -4,7 +4,8 @@
                        [--dtypes fp32,bf16] [--device cpu|cuda] [--repeats N]
                        [--threads N] [--json PATH] [--markdown] [--targets]
     gmpo-plugins bench --fused-linear [VxH,...] [--fused-tokens BxT] [--fused-chunk N]
-                       [--device cpu|cuda] [--repeats N] [--threads N] [--json PATH]
+                       [--fused-import-path DIR] [--device cpu|cuda] [--repeats N]
+                       [--threads N] [--json PATH]
 
 Each loss runs fused (the registry path) and, where it has one, eager (the oracle),
 next to verl's built-in geo_mean (when verl is importable) and the floor; see
@@ -15,8 +16,12 @@ the benchmark runs): one line on stderr, exit status 2. A loss whose call raises
 plugin) is reported as failed, the others are measured, and the exit status is 1.
 
 ``--fused-linear`` runs only the fused-linear section instead (``gmpo_plugins.bench.fused_linear``:
-gmpo and grpo from hidden states and the lm_head, unfused vs fused vs Liger-Kernel, at each
-V x H, default 32768x1024,151936x4096) and prints its Markdown tables.
+log-probs and the loss from hidden states and the lm_head by the unfused path,
+``fused_linear_loss``, TRL's ``ChunkedLogProbFunction``, verl's ``FusedLinearForPPO`` and
+Liger-Kernel, each where installed, at each V x H, default 32768x1024,151936x1024, 4x1024
+positions) and prints its Markdown tables. ``--fused-import-path`` appends directories to
+``sys.path`` first (after the environment's own packages), so that a framework installed in
+another environment is measured in the same run.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import sys
 from typing import Any
 
 DEFAULT_SHAPES = "64x1024,256x4096,512x8192"
-DEFAULT_HEADS = "32768x1024,151936x4096"
+DEFAULT_HEADS = "32768x1024,151936x1024"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -51,8 +56,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="VxH,...",
         help=f"run only the fused-linear section at these vocab x hidden sizes (default {DEFAULT_HEADS})",
     )
-    parser.add_argument("--fused-tokens", default="8x32", help="BxT positions of the fused-linear section (8x32)")
-    parser.add_argument("--fused-chunk", default="32", help="positions per chunk of the fused-linear path (32)")
+    parser.add_argument("--fused-tokens", default="4x1024", help="BxT positions of the fused-linear section (4x1024)")
+    parser.add_argument(
+        "--fused-chunk", default=None, help="positions per chunk of fused_linear_loss (default: its own default)"
+    )
+    parser.add_argument(
+        "--fused-import-path",
+        default=None,
+        metavar="DIR[,DIR]",
+        help="directories appended to sys.path before the fused-linear paths are imported",
+    )
     parser.set_defaults(run=run)
 
 
@@ -166,7 +179,11 @@ def run_fused_linear_section(args: argparse.Namespace) -> int:
 
     heads = _pairs("--fused-linear", args.fused_linear, UsageError)
     ((batch, length),) = _pairs("--fused-tokens", args.fused_tokens, UsageError)[:1]
-    chunk = _positive_int("--fused-chunk", args.fused_chunk, UsageError)
+    chunk = None if args.fused_chunk is None else _positive_int("--fused-chunk", args.fused_chunk, UsageError)
+    extra_paths = [] if args.fused_import_path is None else _items(args.fused_import_path)
+    for directory in extra_paths:
+        if not os.path.isdir(directory):
+            raise UsageError(f"--fused-import-path: {directory!r} is not a directory")
     repeats = _positive_int("--repeats", args.repeats, UsageError)
     if args.device not in ("cpu", "cuda") or (args.device == "cuda" and not torch.cuda.is_available()):
         raise UsageError(f"--device: expected cpu, or cuda with a GPU, got {args.device!r}")
@@ -174,10 +191,13 @@ def run_fused_linear_section(args: argparse.Namespace) -> int:
         torch.set_num_threads(_positive_int("--threads", args.threads, UsageError))
     if args.json is not None:
         _check_writable(args.json, UsageError)
+    sys.path.extend(directory for directory in extra_paths if directory not in sys.path)
     device = torch.device(args.device)
     command = (
-        f"gmpo-plugins bench --fused-linear {','.join(f'{v}x{h}' for v, h in heads)} --fused-tokens {batch}x{length} "
-        f"--fused-chunk {chunk} --device {args.device} --repeats {repeats}"
+        f"gmpo-plugins bench --fused-linear {','.join(f'{v}x{h}' for v, h in heads)} --fused-tokens {batch}x{length}"
+        + ("" if chunk is None else f" --fused-chunk {chunk}")
+        + ("" if not extra_paths else f" --fused-import-path {','.join(extra_paths)}")
+        + f" --device {args.device} --repeats {repeats}"
         + (f" --threads {torch.get_num_threads()}" if args.threads is not None else "")
     )
     result: dict[str, Any] = {"command": command, "machine": _machine(device)}
@@ -191,7 +211,9 @@ def run_fused_linear_section(args: argparse.Namespace) -> int:
     print(f"`{command}`\n")
     print(
         f"Machine: {machine['processor']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
-        f"({machine['torch_threads']} threads), {machine.get('device_name', machine['device'])}\n"
+        f"({machine['torch_threads']} threads), {machine.get('device_name', machine['device'])}"
+        + "".join(f", {name} {version}" for name, version in result["versions"].items())
+        + "\n"
     )
     print(to_markdown(result), end="")
     if args.json is not None:

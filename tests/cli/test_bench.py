@@ -220,26 +220,6 @@ def test_memory_measurement_sees_the_difference():
     assert eager > 8 * tokens
 
 
-def test_fused_linear_section(tmp_path, capsys):
-    """``--fused-linear``: gmpo and grpo unfused and fused (and Liger's grpo where installed)
-    per V x H; at V = 4096 the fused path's chunk of 4 positions holds 1/8 of the 32 positions'
-    logits, so its peak extra memory is far below the unfused path's (logits, log_softmax and
-    their gradient, each 32 x 4096 float32 = 512 KiB)."""
-    path = tmp_path / "fused.json"
-    argv = ["bench", "--fused-linear", "4096x8", "--fused-tokens", "4x8", "--fused-chunk", "4", "--repeats", "1"]
-    assert main([*argv, "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("`gmpo-plugins bench --fused-linear 4096x8 --fused-tokens 4x8 --fused-chunk 4 --device cpu")
-    result = json.loads(path.read_text())
-    rows = {(r["loss"], r["variant"]): r for r in result["rows"]}
-    assert {("gmpo", "unfused"), ("gmpo", "fused"), ("grpo", "unfused"), ("grpo", "fused")} <= set(rows)
-    assert ("grpo", "liger") in rows or importlib.util.find_spec("liger_kernel") is None
-    for name in ("gmpo", "grpo"):
-        assert rows[(name, "unfused")]["extra_bytes"] >= 3 * 32 * 4096 * 4
-        assert rows[(name, "fused")]["x_unfused_memory"] < 0.5
-    assert any("extra memory <= 1/8" in t["target"] for t in result["targets"])
-
-
 @pytest.mark.parametrize(
     "argv, option",
     [

@@ -73,7 +73,7 @@ def test_dry_run_prints_the_steps_and_writes_nothing(tmp_path):
         result.stdout
     )
     assert (
-        "bench --fused-linear --fused-tokens 8x2048 --fused-chunk 2048 --device cuda --repeats 5 "
+        "bench --fused-linear 32768x4096,151936x4096 --fused-tokens 4x1024 --device cuda --repeats 5 "
         f"--json {out}/bench-fused-linear.json > {out}/bench-fused-linear.md"
     ) in result.stdout
     if not torch.cuda.is_available():

@@ -75,6 +75,7 @@ def check_args(namespace: argparse.Namespace) -> None:
     def arg(name: str) -> Any:
         return getattr(namespace, name)
 
+    _check_hidden_logprobs(namespace)
     loss_type = arg(POLICY_LOSS_DEST)
     spec = registry_spec(loss_type)
     if spec is None:
@@ -101,6 +102,16 @@ def check_args(namespace: argparse.Namespace) -> None:
         kl_use_loss=arg("algo.kl.use_loss"),
         kl_init_coef=arg("algo.kl.init_coef"),
     )
+
+
+def _check_hidden_logprobs(namespace: argparse.Namespace) -> None:
+    """The opt-in hidden-state log-probs refuse what they cannot honour, for any loss."""
+    from gmpo_plugins.adapters.openrlhf.hidden_logprobs import HiddenLogProbsError, check_args
+
+    try:
+        check_args(namespace)
+    except HiddenLogProbsError as exc:
+        raise OpenRLHFConfigError(str(exc)) from None
 
 
 @contextlib.contextmanager

@@ -41,6 +41,15 @@ def _patch(module: ModuleType) -> None:
     from gmpo_plugins.adapters.openrlhf.patch import patch_policy_loss
 
     patch_policy_loss(module)
+    _patch_actor()
+
+
+def _patch_actor() -> None:
+    """The opt-in hidden-state log-probs (``hidden_logprobs``) on ``Actor``, imported before
+    ``openrlhf.models.loss`` by ``openrlhf.models``."""
+    from gmpo_plugins.adapters.openrlhf.hidden_logprobs import patch_if_enabled
+
+    patch_if_enabled()
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -130,4 +139,11 @@ def runtime_env(base: Mapping[str, Any] | None = None) -> dict[str, Any]:
                 f"use worker_process_setup_hook={HOOK!r}"
             )
     env[KEY] = HOOK
-    return env
+    return _with_settings(env)
+
+
+def _with_settings(env: dict[str, Any]) -> dict[str, Any]:
+    """The workers get the driver's opt-in settings (``hidden_logprobs.ENV``)."""
+    from gmpo_plugins.adapters.openrlhf.hidden_logprobs import runtime_env as with_hidden_logprobs
+
+    return with_hidden_logprobs(env)

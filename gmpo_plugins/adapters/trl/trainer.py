@@ -22,6 +22,9 @@ positions that predict the completion and the ``lm_head`` weight go to
 ``gmpo_plugins.fused_linear_loss``, which calls the same registry loss without the
 (B, T, V) logits (``old`` missing: the current log-probs, detached, as above). The backbone is
 called on the unwrapped model, as TRL's own chunked losses do (``_get_last_hidden_state``).
+The switch is kept next to TRL's own chunked head because that head is not as good on CPU (1.26x
+the time and 14x the extra memory of ``fused_linear_loss`` at V = 152K, H = 1024, 4096 positions:
+``gmpo-plugins bench --fused-linear``, docs/performance.md).
 
 The first training step proves that the loss TRL back-propagated is the registry's
 (``proof``), and a TRL outside the tested range warns once (``upstream``).
