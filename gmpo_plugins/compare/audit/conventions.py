@@ -70,6 +70,30 @@ _ALL = (
         "over rows; the registry gives it 0 (loss value only, the gradient is equal).",
         value_only=True,
     ),
+    Convention(
+        "sapo_reduction_fixed",
+        "The framework's sapo reduces by seq-mean-token-mean whatever its loss_agg_mode says; the registry "
+        "reduces by its reduction, seq-mean-token-mean by default.",
+        core_hparams={"reduction": "seq-mean-token-mean"},
+    ),
+    Convention(
+        "dppo_value_form",
+        "The framework's loss value is -A * r * M (PPO's surrogate, masked) where the registry's is "
+        "-A * sg(r) * log p * M (the REINFORCE form); the gradients are equal (loss value only).",
+        value_only=True,
+    ),
+    Convention(
+        "random_candidates",
+        "The framework restrains k tokens drawn at random (torch.randperm) among those whose covariance lies in "
+        "(clip_cov_lb, clip_cov_ub); the registry takes the k largest covariances (the audit seeds each call, so "
+        "its verdict rests on one seeded draw).",
+    ),
+    Convention(
+        "prescaled_advantages",
+        "The framework reduces by pre-scaling the advantages (A / valid tokens) and summing, so the covariance "
+        "sees the scaled advantages (clip_cov's bounds select other tokens) and kl_cov's penalty "
+        "ppo_kl_coef * |log r| is summed, not averaged; the registry computes both on the advantages as given.",
+    ),
 )
 
 CONVENTIONS: dict[str, Convention] = {convention.name: convention for convention in _ALL}

@@ -1,6 +1,8 @@
 """One verdict per (registry loss, framework).
 
-For every audit batch (``batches.audit_cases``), in float64:
+Each framework call runs with torch's generator seeded (``SEED``, the caller's generator
+state restored after it): a framework that draws at random gives one reproducible verdict,
+which rests on that draw. For every audit batch (``batches.audit_cases``), in float64:
 
     whole     the framework's reference on the whole batch (one micro-batch, one rank) against
               the registry (``get_loss(name)(..., BatchInfo(1, B, valid tokens), **defaults)``):
@@ -9,7 +11,8 @@ For every audit batch (``batches.audit_cases``), in float64:
               accumulated as its trainer accumulates them, against its own whole batch
               (``split_deltas``: the worst scaled difference of each split); a loss that
               depends on its batch by definition (``translations.PER_MICRO_BATCH``) against
-              the registry on the same micro-batches instead
+              the registry on the same micro-batches instead, set as the modelled conventions
+              of its translation say
     metrics   each metric the framework reports under a core name, against the registry's
               (reported beside the verdict, never in it: names and meanings differ)
     float32   the framework on ``batches.overflow_probe`` (a log ratio of 89 in float32):
@@ -51,6 +54,7 @@ from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 TOLERANCE = 1e-6
+SEED = 0  # every framework call draws from torch's generator seeded with it (clip_cov's random tokens)
 
 
 @dataclass
@@ -99,7 +103,9 @@ def run_framework(
     log_probs = case.log_probs.clone().requires_grad_(True)
     total, metrics = 0.0, {}
     for part in batches.parts(case, log_probs, split):
-        loss, metrics = module.micro_loss(reference, settings, part)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            loss, metrics = module.micro_loss(reference, settings, part)
         (loss / split.ranks).backward()
         total += float(loss.detach()) / split.ranks
     grad = torch.zeros_like(log_probs) if log_probs.grad is None else log_probs.grad
@@ -170,6 +176,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
     )
     settings = entry.settings(hparams)
     per_micro_batch = loss_name in PER_MICRO_BATCH
+    modelled = _modelled(loss_name, entry.conventions) if per_micro_batch else []
     module = caller.load() if module is None else module
     losses, grads, splits, metric_deltas = [], [], [], []
     factor_case: tuple[float, str, Evaluation, Evaluation] | None = None
@@ -191,7 +198,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
                 if not got.finite():
                     cell.verdict, cell.note = "non-finite", f"{case.name}, {split.label}: loss {got.loss}"
                     return cell
-                baseline = run_registry(loss_name, case, split=split) if per_micro_batch else whole
+                baseline = run_registry(loss_name, case, modelled, split) if per_micro_batch else whole
                 delta = max(_scaled(got, baseline))
                 splits.append((delta, f"{split.label} ({case.name})"))
                 cell.split_deltas[split.label] = max(delta, cell.split_deltas.get(split.label, 0.0))
@@ -222,6 +229,12 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
     return _explain(cell, module, entry, settings)
 
 
+def _modelled(loss_name: str, names: Sequence[str]) -> list[str]:
+    """The named conventions the registry loss ``loss_name`` can be set to reproduce."""
+    known = get_loss(loss_name).defaults
+    return [name for name in names if CONVENTIONS[name].modelled and set(CONVENTIONS[name].core_hparams) <= set(known)]
+
+
 def _explain(cell: Cell, module: Any, entry: Reference, settings: Mapping[str, Any]) -> Cell:
     """``convention`` or ``differs``: the registry, set as the modelled conventions say, against the
     framework's whole batch, on the batches (and quantities) the unmodelled conventions leave
@@ -230,9 +243,8 @@ def _explain(cell: Cell, module: Any, entry: Reference, settings: Mapping[str, A
         cell.verdict = "differs"
         cell.note = "no named convention accounts for the difference"
         return cell
-    known = get_loss(cell.loss).defaults
     named = [CONVENTIONS[name] for name in cell.conventions]
-    modelled = [c for c in named if c.modelled and set(c.core_hparams) <= set(known)]
+    modelled = [CONVENTIONS[name] for name in _modelled(cell.loss, cell.conventions)]
     unmodelled = [c for c in named if c not in modelled]
     if any(not c.batches and not c.value_only for c in unmodelled):
         cell.verdict, cell.verified = "convention", False
