@@ -89,6 +89,33 @@ _ALL = (
         "its verdict rests on one seeded draw).",
     ),
     Convention(
+        "clamp_stops_gradient",
+        "The framework clamps the log ratio at +-20 inside the graph, so a token beyond the bound gets no "
+        "gradient; the registry's weight there is e^20, detached, and the token keeps the gradient -A * e^20 "
+        "(the guard batch).",
+        batches=("guard",),
+    ),
+    Convention(
+        "binary_kl_nan_kept",
+        "Where a log-prob is above 0 (not a probability: the near, far and guard batches) the binary KL is NaN; "
+        "the framework keeps such a token (it masks where KL > delta) and the registry masks it (it keeps where "
+        "KL <= delta), as verl does.",
+        batches=("near", "far", "guard"),
+    ),
+    Convention(
+        "shifted_log_probs",
+        "The audit reaches Liger-Kernel through hidden states whose log-probs are shifted below 0 (the ratio is "
+        "kept), which changes the value of a loss that carries log pi itself (-w * A * log pi), never its gradient.",
+        value_only=True,
+    ),
+    Convention(
+        "covariance_ties",
+        "The framework picks kl_cov's tokens with torch.topk, whose choice among equal covariances is unspecified; "
+        "the registry takes the lowest flat index; it matters where a micro-batch's valid tokens share one "
+        "advantage (the zero_adv batch, and a micro-batch with one non-empty row).",
+        batches=("zero_adv",),
+    ),
+    Convention(
         "prescaled_advantages",
         "The framework reduces by pre-scaling the advantages (A / valid tokens) and summing, so the covariance "
         "sees the scaled advantages (clip_cov's bounds select other tokens) and kl_cov's penalty "

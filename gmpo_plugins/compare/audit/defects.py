@@ -50,17 +50,17 @@ DEFECTS = (
     ),
     Defect(
         "trl",
-        ("grpo", "dapo", "dr_grpo", "gspo", "gmpo", "gmpo_noclip"),
+        ("grpo", "dapo", "dr_grpo", "gspo", "gmpo", "gmpo_noclip", "luspo", "sapo"),
         "no overflow guard: a finite float32 log ratio above 88.7 gives an infinite loss",
         "GRPOTrainer._compute_loss (every loss_type, token or sequence level) and GMPOTrainer's take exp of the "
         "log ratio as it is; in float32 a token with log ratio 89 and A < 0 (the unclipped side) makes the loss "
-        "inf, where verl's vanilla, SkyRL and OpenRLHF's ppo clamp the log ratio at +-20 first.",
+        "inf (sapo: a NaN gradient, the saturated gate times inf), where verl's vanilla, SkyRL and OpenRLHF's ppo clamp the log ratio at +-20 first.",
         "not reported",
         "tests/trl/test_audit.py::test_upstream_no_overflow_guard_float32",
     ),
     Defect(
         "liger",
-        ("grpo", "dapo", "dr_grpo", "gspo"),
+        ("grpo", "dapo", "dr_grpo", "gspo", "luspo", "sapo"),
         "LigerFusedLinearGRPOLoss has no overflow guard: a finite float32 log ratio above 88.7 gives inf",
         "its ppo_loss_fn takes exp of the log ratio as it is (only its vespo path clamps); in float32 a token with "
         "log ratio 89 and A < 0 makes the loss inf and the gradient of the hidden state NaN.",

@@ -222,7 +222,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             "kl_cov",
             {"loss_agg_mode": "token-mean"}
             | _section("policy_loss", {"kl_cov_ratio": From("kl_cov_ratio"), "ppo_kl_coef": From("ppo_kl_coef")}),
-            ("no_overflow_guard",),
+            ("no_overflow_guard", "covariance_ties"),
             note="verl's config defaults to kl_cov_ratio=2e-4 and ppo_kl_coef=0.1",
         ),
     },
@@ -292,7 +292,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             | _section(
                 "dppo", {"dppo_type": "binary_tv", "delta_low": From("delta_low"), "delta_high": From("delta_high")}
             ),
-            ("dppo_value_form",),
+            ("dppo_value_form", "clamp_stops_gradient"),
         ),
         "dppo_kl": Reference(
             "dppo",
@@ -300,7 +300,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             | _section(
                 "dppo", {"dppo_type": "binary_kl", "delta_low": From("delta_low"), "delta_high": From("delta_high")}
             ),
-            ("dppo_value_form",),
+            ("dppo_value_form", "clamp_stops_gradient", "binary_kl_nan_kept"),
             note="SkyRL's dppo.delta_low/high default to 0.2 for both variants; 0.05 is the paper's for binary_kl",
         ),
         "clip_cov": Reference(
@@ -316,7 +316,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             "kl_cov",
             {"loss_reduction": "token_mean"}
             | _section("kl_cov", {"kl_cov_frac": From("kl_cov_ratio"), "ppo_kl_coef": From("ppo_kl_coef")}),
-            ("no_overflow_guard", "prescaled_advantages"),
+            ("no_overflow_guard", "covariance_ties", "prescaled_advantages"),
             note="SkyRL's kl_cov_frac is the fraction itself (int(n * kl_cov_frac) tokens), 0.2 unless told otherwise",
         ),
     },
@@ -345,7 +345,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
         "cispo": Reference(
             "LigerFusedLinearGRPOLoss",
             {"loss_type": "cispo", "epsilon_high": From("eps_high", offset=1.0)},
-            ("no_overflow_guard",),
+            ("no_overflow_guard", "shifted_log_probs"),
             note="Liger-Kernel caps the weight at epsilon_high itself, as TRL: eps_high=4 is 5",
         ),
         "sapo": Reference("LigerFusedLinearGRPOLoss", {"loss_type": "sapo"} | _SAPO_TRL, ("no_overflow_guard",)),
@@ -354,7 +354,7 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             _fields(_LIGER, loss_type="luspo", importance_sampling_level="sequence"),
             ("no_overflow_guard",),
         ),
-        "vespo": Reference("LigerFusedLinearGRPOLoss", {"loss_type": "vespo"} | _vespo()),
+        "vespo": Reference("LigerFusedLinearGRPOLoss", {"loss_type": "vespo"} | _vespo(), ("shifted_log_probs",)),
     },
 }
 

@@ -12,7 +12,7 @@ which rests on that draw. For every audit batch (``batches.audit_cases``), in fl
               (``split_deltas``: the worst scaled difference of each split); a loss that
               depends on its batch by definition (``translations.PER_MICRO_BATCH``) against
               the registry on the same micro-batches instead, set as the modelled conventions
-              of its translation say
+              of its translation say, on the batches its other conventions leave alone
     metrics   each metric the framework reports under a core name, against the registry's
               (reported beside the verdict, never in it: names and meanings differ)
     float32   the framework on ``batches.overflow_probe`` (a log ratio of 89 in float32):
@@ -177,6 +177,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
     settings = entry.settings(hparams)
     per_micro_batch = loss_name in PER_MICRO_BATCH
     modelled = _modelled(loss_name, entry.conventions) if per_micro_batch else []
+    confined = {batch for name in entry.conventions if name not in modelled for batch in CONVENTIONS[name].batches}
     module = caller.load() if module is None else module
     losses, grads, splits, metric_deltas = [], [], [], []
     factor_case: tuple[float, str, Evaluation, Evaluation] | None = None
@@ -193,7 +194,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
             for key in sorted(set(whole.metrics) & set(registry.metrics)):
                 delta = abs(whole.metrics[key] - registry.metrics[key]) / max(1.0, abs(registry.metrics[key]))
                 metric_deltas.append((delta, f"{key} ({case.name})"))
-            for split in batches.SPLITS:
+            for split in batches.SPLITS if not (per_micro_batch and case.name in confined) else ():
                 got = run_framework(module, entry, settings, case, split)
                 if not got.finite():
                     cell.verdict, cell.note = "non-finite", f"{case.name}, {split.label}: loss {got.loss}"
