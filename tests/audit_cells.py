@@ -35,9 +35,9 @@ def summary(cell: dict) -> dict:
     return {**{key: cell.get(key) for key in COMPARED}, "split_factor": None if factor is None else round(factor, 2)}
 
 
-def changed_cells(session: str) -> list[str]:
-    """One line per (loss, framework) whose live verdict differs from docs/audit/<session>.json."""
-    committed = json.loads((ROOT / "docs" / "audit" / f"{session}.json").read_text())
+def changed_cells(committed: dict) -> list[str]:
+    """One line per (loss, framework) whose live verdict differs from the ``committed`` document
+    (docs/audit/<session>.json, loaded); a loss without a committed cell only where it is shipped."""
     frameworks = list(committed["frameworks"])
     by_key = {(cell["loss"], cell["framework"]): summary(cell) for cell in committed["cells"]}
     changes = []
@@ -57,5 +57,5 @@ def changed_cells(session: str) -> list[str]:
 
 def assert_cells_unchanged(session: str) -> None:
     """AssertionError listing every changed cell and how to regenerate them."""
-    changes = changed_cells(session)
+    changes = changed_cells(json.loads((ROOT / "docs" / "audit" / f"{session}.json").read_text()))
     assert not changes, "the audit verdicts changed:\n" + "\n".join(changes) + "\n" + NEW_LOSSES + ";\n" + REGENERATE.format(session=session)
