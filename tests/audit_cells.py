@@ -58,4 +58,11 @@ def changed_cells(committed: dict) -> list[str]:
 def assert_cells_unchanged(session: str) -> None:
     """AssertionError listing every changed cell and how to regenerate them."""
     changes = changed_cells(json.loads((ROOT / "docs" / "audit" / f"{session}.json").read_text()))
-    assert not changes, "the audit verdicts changed:\n" + "\n".join(changes) + "\n" + NEW_LOSSES + ";\n" + REGENERATE.format(session=session)
+    assert not changes, (
+        "the audit verdicts changed:\n"
+        + "\n".join(changes)
+        + "\n"
+        + NEW_LOSSES
+        + ";\n"
+        + REGENERATE.format(session=session)
+    )

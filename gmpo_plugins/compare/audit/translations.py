@@ -129,7 +129,9 @@ _VERL_DPPO_NOTE = (
     "verl reads the trust region from its PPO bounds (clip_ratio_low/high) and truncates the weight at "
     "clip_ratio_c (3 unless told otherwise); the registry's ratio_cap=None is clip_ratio_c=inf"
 )
-_TRL_CISPO_NOTE = "TRL caps the weight at epsilon_high itself, not 1 + epsilon_high, with no lower clip: eps_high=4 is 5"
+_TRL_CISPO_NOTE = (
+    "TRL caps the weight at epsilon_high itself, not 1 + epsilon_high, with no lower clip: eps_high=4 is 5"
+)
 _COV = {
     "clip_cov_ratio": From("clip_cov_ratio"),
     "clip_cov_lb": From("clip_cov_lb"),
@@ -308,7 +310,11 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             _fields(_SKYRL, loss_reduction="token_mean")
             | _section(
                 "clip_cov",
-                {"clip_ratio": From("clip_cov_ratio"), "clip_cov_lb": From("clip_cov_lb"), "clip_cov_ub": From("clip_cov_ub")},
+                {
+                    "clip_ratio": From("clip_cov_ratio"),
+                    "clip_cov_lb": From("clip_cov_lb"),
+                    "clip_cov_ub": From("clip_cov_ub"),
+                },
             ),
             ("no_overflow_guard", "random_candidates", "prescaled_advantages"),
         ),

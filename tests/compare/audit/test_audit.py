@@ -83,7 +83,9 @@ def test_uncommitted_loss_is_accepted_only_where_it_is_not_shipped(fake, monkeyp
     from tests.audit_cells import NEW_LOSSES, changed_cells
 
     monkeypatch.setitem(FRAMEWORKS, "fake", fake)
-    cells = [audit_cell(fake, loss).as_dict() for loss in report.registry_losses() if loss not in ("gmpo_nonorm", "dapo")]
+    cells = [
+        audit_cell(fake, loss).as_dict() for loss in report.registry_losses() if loss not in ("gmpo_nonorm", "dapo")
+    ]
     changes = changed_cells({"frameworks": {"fake": {}}, "cells": cells})
 
     assert len(changes) == 1 and changes[0].startswith("dapo / fake: committed None, now {'verdict': 'split-dependent'")

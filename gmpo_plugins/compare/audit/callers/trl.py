@@ -61,6 +61,9 @@ class ConfiguredTrainer(TensorTrainer):
         self.use_vllm = False
         self.vllm_importance_sampling_correction = False
         self.aux_loss_enabled = False
+        from trl import GRPOTrainer
+
+        self.get_gamma_weights = GRPOTrainer.get_gamma_weights  # vespo's weight: a static helper reached via self
 
 
 def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
@@ -77,7 +80,6 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
         from trl.experimental.gmpo import GMPOTrainer as trainer_class
     else:
         from trl import GRPOTrainer as trainer_class
-    trainer.get_gamma_weights = trainer_class.get_gamma_weights  # a static helper _compute_loss reaches via self
     loss = trainer_class._compute_loss(trainer, None, inputs)
     logged = trainer._metrics["train"]
     return loss, {FROM_TRL[key]: float(values[-1]) for key, values in logged.items() if key in FROM_TRL and values}
