@@ -19,7 +19,8 @@ data only. Adding a loss to the audit means adding its entries here.
     CannotExpress(reason)
         the framework ships the method but cannot be set to the registry's setting
 
-A registry loss without an entry for a framework is "not shipped" there. ``PER_MICRO_BATCH``
+A registry loss without an entry for a framework is "not shipped" there. ``VARIANTS`` adds rows
+for a loss at other settings than its defaults (grpo's token-sum reductions). ``PER_MICRO_BATCH``
 names the registry losses that depend on their batch by definition (their token selection
 is a quantile of the batch): their split behaviour is compared with the registry's on the
 same micro-batches, not with the whole batch.
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
+from gmpo_plugins.core.registry import get_loss
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,19 @@ Translation = Reference | CannotExpress
 
 PER_MICRO_BATCH = frozenset({"clip_cov", "kl_cov"})
 
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo:token-sum": ("grpo", {"reduction": "token-sum"}),
+    "grpo:seq-mean-token-sum": ("grpo", {"reduction": "seq-mean-token-sum"}),
+}
+"""Audit rows beyond a loss's defaults: ``row: (registry loss, the hyper-parameters it sets)``;
+a row is audited as a loss of its own (its translations are entries of ``TRANSLATIONS``)."""
+
+
+def registry_setting(row: str) -> tuple[str, dict[str, Any]]:
+    """(registry loss, its resolved hyper-parameters) of an audit row (a loss or a ``VARIANTS`` row)."""
+    loss_name, overrides = VARIANTS.get(row, (row, {}))
+    return loss_name, dict(get_loss(loss_name).resolve(overrides))
+
 
 def _fields(names: Mapping[str, str], **fixed: Any) -> dict[str, Any]:
     """``{framework field: From(core name)}`` for the clip bounds, plus fixed fields."""
@@ -162,6 +177,10 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             | {"loss_scale_factor": From("norm_length")}
             | _DUAL,
             note=_DUAL_NOTE,
+        ),
+        "grpo:token-sum": Reference("vanilla", _fields(_VERL, loss_agg_mode="token-sum") | _DUAL, note=_DUAL_NOTE),
+        "grpo:seq-mean-token-sum": Reference(
+            "vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-sum") | _DUAL, note=_DUAL_NOTE
         ),
         "gspo": Reference(
             "gspo", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("sequence_log_ratio_clamp_10",)

@@ -1,4 +1,5 @@
-"""One verdict per (registry loss, framework).
+"""One verdict per (registry loss, framework); a loss is also a row of ``translations.VARIANTS``
+(a registry loss at other settings than its defaults).
 
 Each framework call runs with torch's generator seeded (``SEED``, the caller's generator
 state restored after it): a framework that draws at random gives one reproducible verdict,
@@ -48,7 +49,13 @@ from gmpo_plugins.compare.audit import batches
 from gmpo_plugins.compare.audit.batches import Split
 from gmpo_plugins.compare.audit.callers import Caller
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
-from gmpo_plugins.compare.audit.translations import PER_MICRO_BATCH, CannotExpress, Reference, translation
+from gmpo_plugins.compare.audit.translations import (
+    PER_MICRO_BATCH,
+    CannotExpress,
+    Reference,
+    registry_setting,
+    translation,
+)
 from gmpo_plugins.compare.parity.harness import ParityCase
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
@@ -117,7 +124,7 @@ def run_registry(
 ) -> Evaluation:
     """The registry loss on ``case`` in ``split`` (each micro-batch with the global counts and
     ``dp_size`` = ranks, summed, ranks averaged), with the modelled ``conventions`` applied."""
-    hparams = dict(get_loss(loss_name).resolve({}))
+    registry_name, hparams = registry_setting(loss_name)
     rows = int(case.mask.shape[0])
     for name in conventions:
         hparams.update(CONVENTIONS[name].core_hparams)
@@ -128,7 +135,7 @@ def run_registry(
     total, metrics = 0.0, {}
     for part in batches.parts(case, log_probs, split):
         inputs = LossInputs(*(part.take(t) for t in (log_probs, case.old_log_probs, case.advantages, case.mask)))
-        out = get_loss(loss_name)(inputs, info, **hparams)
+        out = get_loss(registry_name)(inputs, info, **hparams)
         (out.loss / split.ranks).backward()
         total += float(out.loss.detach()) / split.ranks
         metrics = {key: float(value) for key, value in out.metrics.items()}
@@ -164,7 +171,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         return Cell(loss_name, caller.name, "not shipped")
     if isinstance(entry, CannotExpress):
         return Cell(loss_name, caller.name, "cannot express", note=entry.reason)
-    hparams = get_loss(loss_name).resolve({})
+    registry_name, hparams = registry_setting(loss_name)
     cell = Cell(
         loss_name,
         caller.name,
@@ -175,7 +182,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         conventions=list(entry.conventions),
     )
     settings = entry.settings(hparams)
-    per_micro_batch = loss_name in PER_MICRO_BATCH
+    per_micro_batch = registry_name in PER_MICRO_BATCH
     modelled = _modelled(loss_name, entry.conventions) if per_micro_batch else []
     confined = {batch for name in entry.conventions if name not in modelled for batch in CONVENTIONS[name].batches}
     module = caller.load() if module is None else module
@@ -232,7 +239,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
 
 def _modelled(loss_name: str, names: Sequence[str]) -> list[str]:
     """The named conventions the registry loss ``loss_name`` can be set to reproduce."""
-    known = get_loss(loss_name).defaults
+    known = get_loss(registry_setting(loss_name)[0]).defaults
     return [name for name in names if CONVENTIONS[name].modelled and set(CONVENTIONS[name].core_hparams) <= set(known)]
 
 
