@@ -30,6 +30,8 @@ class Convention:
             the sequence count a sequence mean divides by (the registry counts every row).
         batches: the audit batches an unmodelled convention acts on (empty: all of them).
         value_only: an unmodelled convention that changes the loss value, never the gradient.
+        splits: the splits (``Split.label``) on whose micro-batches an unmodelled convention acts
+            on every batch; a per-micro-batch loss is not compared with the registry there.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Convention:
     count_empty_rows: bool = True
     batches: tuple[str, ...] = ()
     value_only: bool = False
+    splits: tuple[str, ...] = ()
 
     @property
     def modelled(self) -> bool:
@@ -112,8 +115,9 @@ _ALL = (
         "covariance_ties",
         "The framework picks kl_cov's tokens with torch.topk, whose choice among equal covariances is unspecified; "
         "the registry takes the lowest flat index; it matters where a micro-batch's valid tokens share one "
-        "advantage (the zero_adv batch, and a micro-batch with one non-empty row).",
+        "advantage (the zero_adv batch, and at 4 micro-batches the one whose other row is empty).",
         batches=("zero_adv",),
+        splits=("4 micro-batches",),
     ),
     Convention(
         "prescaled_advantages",
