@@ -3,6 +3,9 @@ against docs/audit/skyrl.json."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from ..audit_cells import assert_cells_unchanged
@@ -84,3 +87,18 @@ def test_upstream_clip_cov_bounds_see_scaled_advantages():
 
     assert theirs_lp.grad.tolist() == [[-0.75, -0.75], [0.75, 0.75]]
     assert ours_lp.grad.tolist() == [[0.0, -0.75], [0.75, 0.75]]
+
+
+@pytest.mark.parametrize(
+    ("call", "fields"), [("clip_cov", {"eps_clip_low": 0.2, "eps_clip_high": 0.2}), ("kl_cov", {})]
+)
+def test_upstream_covariance_losses_no_overflow_guard_float32(call, fields):
+    """One float32 token, log ratio 89 (> ln(float32 max) = 88.72), A = -1 (one token: the
+    token_mean scaling leaves it -1): SkyRL's clip_cov and kl_cov take exp of the log ratio as it
+    is (its regular, cispo, sapo and dppo clamp at 20 first), exp(89) = inf, the loss inf. Fails
+    once SkyRL guards."""
+    log_probs, old = torch.tensor([[-0.5]]), torch.tensor([[-89.5]])
+
+    theirs = _skyrl_loss(call, fields, log_probs, old, -torch.ones(1), torch.ones(1, 1))
+
+    assert math.isinf(float(theirs))
