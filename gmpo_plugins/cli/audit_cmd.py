@@ -83,9 +83,10 @@ def _print(cells: list, skipped: list[str]) -> None:
     if dicts:
         losses, frameworks, by_key = report.matrix(dicts)
         width = max(len(report.short(cell)) for cell in dicts) + 2
-        print(f"{'loss':14}" + "".join(f"{name:{width}}" for name in frameworks))
+        first = max(len(loss) for loss in losses) + 2
+        print(f"{'loss':{first}}" + "".join(f"{name:{width}}" for name in frameworks))
         for loss in losses:
-            print(f"{loss:14}" + "".join(f"{report.short(by_key[(loss, name)]):{width}}" for name in frameworks))
+            print(f"{loss:{first}}" + "".join(f"{report.short(by_key[(loss, name)]):{width}}" for name in frameworks))
     else:
         print("no framework the audit calls is installed here")
     for cell in dicts:

@@ -97,3 +97,20 @@ def test_upstream_geo_mean_no_overflow_guard_float32():
 
     assert math.isinf(float(theirs.detach()))
     assert float(ours.loss.detach()) == pytest.approx(math.exp(20.0), rel=1e-6)
+
+
+@pytest.mark.parametrize("call", ["clip_cov", "kl_cov"])
+def test_upstream_covariance_losses_no_overflow_guard_float32(call):
+    """One float32 token, log ratio 89 (> ln(float32 max) = 88.72), A = -1: verl's clip_cov and
+    kl_cov take exp of the log ratio as it is, exp(89) = inf; clip_cov's PPO term
+    max(-A * inf, -A * 1.2) = inf, kl_cov's -A * inf + coef * 89 = inf. Fails once verl guards."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    config = actor_config(call, {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "loss_agg_mode": "token-mean"})
+    config.global_batch_info.update(dp_size=1, global_batch_size=1, batch_num_tokens=1, loss_scale_factor=None)
+    log_prob, old = torch.tensor([[-0.5]], requires_grad=True), torch.tensor([[-89.5]])
+    advantages, mask = -torch.ones(1, 1), torch.ones(1, 1)
+
+    theirs, _ = get_policy_loss_fn(call)(old, log_prob, advantages, mask, "token-mean", config, None)
+
+    assert math.isinf(float(theirs.detach()))

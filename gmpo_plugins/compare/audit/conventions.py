@@ -30,6 +30,8 @@ class Convention:
             the sequence count a sequence mean divides by (the registry counts every row).
         batches: the audit batches an unmodelled convention acts on (empty: all of them).
         value_only: an unmodelled convention that changes the loss value, never the gradient.
+        splits: the splits (``Split.label``) on whose micro-batches an unmodelled convention acts
+            on every batch; a per-micro-batch loss is not compared with the registry there.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Convention:
     count_empty_rows: bool = True
     batches: tuple[str, ...] = ()
     value_only: bool = False
+    splits: tuple[str, ...] = ()
 
     @property
     def modelled(self) -> bool:
@@ -69,6 +72,58 @@ _ALL = (
         "The framework gives a row without a valid token the constant -A_i (exp of an empty mean) in its mean "
         "over rows; the registry gives it 0 (loss value only, the gradient is equal).",
         value_only=True,
+    ),
+    Convention(
+        "sapo_reduction_fixed",
+        "The framework's sapo reduces by seq-mean-token-mean whatever its loss_agg_mode says; the registry "
+        "reduces by its reduction, seq-mean-token-mean by default.",
+        core_hparams={"reduction": "seq-mean-token-mean"},
+    ),
+    Convention(
+        "dppo_value_form",
+        "The framework's loss value is -A * r * M (PPO's surrogate, masked) where the registry's is "
+        "-A * sg(r) * log p * M (the REINFORCE form); the gradients are equal (loss value only).",
+        value_only=True,
+    ),
+    Convention(
+        "random_candidates",
+        "The framework restrains k tokens drawn at random (torch.randperm) among those whose covariance lies in "
+        "(clip_cov_lb, clip_cov_ub); the registry takes the k largest covariances (the audit seeds each call, so "
+        "its verdict rests on one seeded draw).",
+    ),
+    Convention(
+        "clamp_stops_gradient",
+        "The framework clamps the log ratio at +-20 inside the graph, so a token beyond the bound gets no "
+        "gradient; the registry's weight there is e^20, detached, and the token keeps the gradient -A * e^20 "
+        "(the guard batch).",
+        batches=("guard",),
+    ),
+    Convention(
+        "binary_kl_nan_kept",
+        "Where a log-prob is above 0 (not a probability: the near, far and guard batches) the binary KL is NaN; "
+        "the framework keeps such a token (it masks where KL > delta) and the registry masks it (it keeps where "
+        "KL <= delta), as verl does.",
+        batches=("near", "far", "guard"),
+    ),
+    Convention(
+        "shifted_log_probs",
+        "The audit reaches Liger-Kernel through hidden states whose log-probs are shifted below 0 (the ratio is "
+        "kept), which changes the value of a loss that carries log pi itself (-w * A * log pi), never its gradient.",
+        value_only=True,
+    ),
+    Convention(
+        "covariance_ties",
+        "The framework picks kl_cov's tokens with torch.topk, whose choice among equal covariances is unspecified; "
+        "the registry takes the lowest flat index; it matters where a micro-batch's valid tokens share one "
+        "advantage (the zero_adv batch, and at 4 micro-batches the one whose other row is empty).",
+        batches=("zero_adv",),
+        splits=("4 micro-batches",),
+    ),
+    Convention(
+        "prescaled_advantages",
+        "The framework reduces by pre-scaling the advantages (A / valid tokens) and summing, so the covariance "
+        "sees the scaled advantages (clip_cov's bounds select other tokens) and kl_cov's penalty "
+        "ppo_kl_coef * |log r| is summed, not averaged; the registry computes both on the advantages as given.",
     ),
 )
 

@@ -15,6 +15,7 @@ from typing import Any
 from gmpo_plugins.compare.audit.callers import FRAMEWORKS
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
 from gmpo_plugins.compare.audit.defects import DEFECTS
+from gmpo_plugins.compare.audit.translations import VARIANTS
 from gmpo_plugins.compare.audit.verdict import TOLERANCE, Cell, audit_cell
 from gmpo_plugins.core.registry import DISTRIBUTION, list_losses
 
@@ -23,8 +24,10 @@ MERGE_COMMAND = "gmpo-plugins audit --merge docs/audit/*.json --markdown docs/au
 
 
 def registry_losses() -> list[str]:
-    """The built-in losses of the registry (plugins' losses have no framework references)."""
-    return sorted(spec.name for spec in list_losses() if spec.provider == DISTRIBUTION)
+    """The built-in losses of the registry (plugins' losses have no framework references), with
+    the ``VARIANTS`` rows of those losses."""
+    names = {spec.name for spec in list_losses() if spec.provider == DISTRIBUTION}
+    return sorted(names | {row for row, (loss_name, _) in VARIANTS.items() if loss_name in names})
 
 
 def run_audit(frameworks: Sequence[str], losses: Sequence[str]) -> list[Cell]:

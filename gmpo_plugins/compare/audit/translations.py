@@ -19,7 +19,8 @@ data only. Adding a loss to the audit means adding its entries here.
     CannotExpress(reason)
         the framework ships the method but cannot be set to the registry's setting
 
-A registry loss without an entry for a framework is "not shipped" there. ``PER_MICRO_BATCH``
+A registry loss without an entry for a framework is "not shipped" there. ``VARIANTS`` adds rows
+for a loss at other settings than its defaults (grpo's token-sum reductions). ``PER_MICRO_BATCH``
 names the registry losses that depend on their batch by definition (their token selection
 is a quantile of the batch): their split behaviour is compared with the registry's on the
 same micro-batches, not with the whole batch.
@@ -33,20 +34,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
+from gmpo_plugins.core.registry import get_loss
 
 
 @dataclass(frozen=True)
 class From:
-    """A config field's value: the registry default of hyper-parameter ``name``, or ``if_none``
-    where that default is None and the framework spells "off" otherwise."""
+    """A config field's value: the registry default of hyper-parameter ``name`` plus ``offset``
+    (a framework that spells a bound as the value itself, not its distance from 1), or
+    ``if_none`` where that default is None and the framework spells "off" otherwise."""
 
     name: str
     if_none: Any = None
+    offset: float = 0.0
 
     def value(self, hparams: Mapping[str, Any]) -> Any:
         """The field's value for the registry's resolved ``hparams``."""
         found = hparams[self.name]
-        return self.if_none if found is None else found
+        if found is None:
+            return self.if_none
+        return found + self.offset if self.offset else found
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,19 @@ Translation = Reference | CannotExpress
 
 PER_MICRO_BATCH = frozenset({"clip_cov", "kl_cov"})
 
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo:token-sum": ("grpo", {"reduction": "token-sum"}),
+    "grpo:seq-mean-token-sum": ("grpo", {"reduction": "seq-mean-token-sum"}),
+}
+"""Audit rows beyond a loss's defaults: ``row: (registry loss, the hyper-parameters it sets)``;
+a row is audited as a loss of its own (its translations are entries of ``TRANSLATIONS``)."""
+
+
+def registry_setting(row: str) -> tuple[str, dict[str, Any]]:
+    """(registry loss, its resolved hyper-parameters) of an audit row (a loss or a ``VARIANTS`` row)."""
+    loss_name, overrides = VARIANTS.get(row, (row, {}))
+    return loss_name, dict(get_loss(loss_name).resolve(overrides))
+
 
 def _fields(names: Mapping[str, str], **fixed: Any) -> dict[str, Any]:
     """``{framework field: From(core name)}`` for the clip bounds, plus fixed fields."""
@@ -116,6 +135,38 @@ _DUAL_NOTE = (
     "registry's dual_clip=None is clip_ratio_c=inf"
 )
 
+_NO_LOWER = 1.0  # a ratio clip offset of 1 puts the lower bound at 0, which no ratio reaches
+_VERL_CISPO_NOTE = (
+    "verl clips the weight to [1 - clip_ratio_low, 1 + clip_ratio_high] (its PPO bounds, 0.2 each unless told "
+    "otherwise); the registry's eps_low=None (no lower clip) is clip_ratio_low=1"
+)
+_VERL_DPPO_NOTE = (
+    "verl reads the trust region from its PPO bounds (clip_ratio_low/high) and truncates the weight at "
+    "clip_ratio_c (3 unless told otherwise); the registry's ratio_cap=None is clip_ratio_c=inf"
+)
+_TRL_CISPO_NOTE = (
+    "TRL caps the weight at epsilon_high itself, not 1 + epsilon_high, with no lower clip: eps_high=4 is 5"
+)
+_COV = {
+    "clip_cov_ratio": From("clip_cov_ratio"),
+    "clip_cov_lb": From("clip_cov_lb"),
+    "clip_cov_ub": From("clip_cov_ub"),
+}
+
+
+def _section(section: str, names: Mapping[str, Any]) -> dict[str, Any]:
+    """``names`` as fields of the nested config ``section`` (dotted names)."""
+    return {f"{section}.{name}": value for name, value in names.items()}
+
+
+def _vespo(prefix: str = "vespo_") -> dict[str, Any]:
+    """The four VESPO shape fields (TRL's and Liger-Kernel's names)."""
+    names = ("k_pos", "lambda_pos", "k_neg", "lambda_neg")
+    return {f"{prefix}{name}": From(f"vespo_{name}") for name in names}
+
+
+_SAPO_TRL = {"sapo_temperature_pos": From("tau_pos"), "sapo_temperature_neg": From("tau_neg")}
+
 TRANSLATIONS: dict[str, dict[str, Translation]] = {
     "verl": {
         "grpo": Reference("vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-mean") | _DUAL, note=_DUAL_NOTE),
@@ -127,6 +178,10 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             | _DUAL,
             note=_DUAL_NOTE,
         ),
+        "grpo:token-sum": Reference("vanilla", _fields(_VERL, loss_agg_mode="token-sum") | _DUAL, note=_DUAL_NOTE),
+        "grpo:seq-mean-token-sum": Reference(
+            "vanilla", _fields(_VERL, loss_agg_mode="seq-mean-token-sum") | _DUAL, note=_DUAL_NOTE
+        ),
         "gspo": Reference(
             "gspo", _fields(_VERL, loss_agg_mode="seq-mean-token-mean"), ("sequence_log_ratio_clamp_10",)
         ),
@@ -136,6 +191,60 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             {"clip_ratio_low": _NO_CLIP, "clip_ratio_high": _NO_CLIP, "loss_agg_mode": "token-mean"},
             ("no_overflow_guard",),
             note=_NO_CLIP_NOTE,
+        ),
+        "cispo": Reference(
+            "cispo",
+            {
+                "clip_ratio_low": From("eps_low", if_none=_NO_LOWER),
+                "clip_ratio_high": From("eps_high"),
+                "loss_agg_mode": "token-mean",
+            },
+            note=_VERL_CISPO_NOTE,
+        ),
+        "sapo": Reference(
+            "sapo",
+            {"tau_pos": From("tau_pos"), "tau_neg": From("tau_neg"), "loss_agg_mode": "seq-mean-token-mean"},
+            ("sapo_reduction_fixed",),
+            note="verl's sapo reduces by seq-mean-token-mean whatever loss_agg_mode says",
+        ),
+        "gpg": Reference("gpg", {"loss_agg_mode": "token-mean"}),
+        "dro": Reference(
+            "dro",
+            {"policy_loss.dro_beta": From("dro_beta"), "loss_agg_mode": "token-mean"},
+            ("no_overflow_guard",),
+            note="verl requires policy_loss.dro_beta (null unless set)",
+        ),
+        "dppo_tv": Reference(
+            "dppo_tv",
+            {
+                "clip_ratio_low": From("delta_low"),
+                "clip_ratio_high": From("delta_high"),
+                "clip_ratio_c": From("ratio_cap", if_none=math.inf),
+                "loss_agg_mode": "token-mean",
+            },
+            note=_VERL_DPPO_NOTE,
+        ),
+        "dppo_kl": Reference(
+            "dppo_kl",
+            {
+                "clip_ratio_low": From("delta_low"),
+                "clip_ratio_high": From("delta_high"),
+                "clip_ratio_c": From("ratio_cap", if_none=math.inf),
+                "loss_agg_mode": "token-mean",
+            },
+            note=_VERL_DPPO_NOTE,
+        ),
+        "clip_cov": Reference(
+            "clip_cov",
+            _fields(_VERL, loss_agg_mode="token-mean") | _section("policy_loss", _COV),
+            ("no_overflow_guard", "random_candidates"),
+        ),
+        "kl_cov": Reference(
+            "kl_cov",
+            {"loss_agg_mode": "token-mean"}
+            | _section("policy_loss", {"kl_cov_ratio": From("kl_cov_ratio"), "ppo_kl_coef": From("ppo_kl_coef")}),
+            ("no_overflow_guard", "covariance_ties"),
+            note="verl's config defaults to kl_cov_ratio=2e-4 and ppo_kl_coef=0.1",
         ),
     },
     "trl": {
@@ -158,6 +267,19 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             ("no_overflow_guard", "empty_row_constant"),
             note=_NO_CLIP_NOTE,
         ),
+        "cispo": Reference(
+            "GRPOTrainer",
+            {"loss_type": "cispo", "epsilon_high": From("eps_high", offset=1.0)},
+            ("no_overflow_guard",),
+            note=_TRL_CISPO_NOTE,
+        ),
+        "sapo": Reference("GRPOTrainer", {"loss_type": "sapo"} | _SAPO_TRL, ("no_overflow_guard",)),
+        "luspo": Reference(
+            "GRPOTrainer",
+            _fields(_TRL, loss_type="luspo", importance_sampling_level="sequence"),
+            ("no_overflow_guard",),
+        ),
+        "vespo": Reference("GRPOTrainer", {"loss_type": "vespo"} | _vespo()),
     },
     "skyrl": {
         "grpo": Reference("regular", _fields(_SKYRL, loss_reduction="sequence_mean")),
@@ -167,6 +289,61 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             _fields(_SKYRL, loss_reduction="seq_mean_token_sum_norm") | {"max_seq_len": From("norm_length")},
         ),
         "gspo": Reference("gspo", _fields(_SKYRL, loss_reduction="sequence_mean"), ("sequence_log_ratio_clamp_10",)),
+        "cispo": Reference(
+            "cispo",
+            {"loss_reduction": "token_mean"}
+            | _section(
+                "cispo",
+                {
+                    "cispo_eps_clip_low": From("eps_low", if_none=_NO_LOWER),
+                    "cispo_eps_clip_high": From("eps_high"),
+                },
+            ),
+            note="SkyRL clips the weight to [1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high] (0 and 5 unless told "
+            "otherwise: a lower bound at 1); the registry's eps_low=None is cispo_eps_clip_low=1",
+        ),
+        "sapo": Reference(
+            "sapo",
+            {"loss_reduction": "sequence_mean"}
+            | _section("sapo", {"tau_pos": From("tau_pos"), "tau_neg": From("tau_neg")}),
+        ),
+        "dppo_tv": Reference(
+            "dppo",
+            {"loss_reduction": "token_mean"}
+            | _section(
+                "dppo", {"dppo_type": "binary_tv", "delta_low": From("delta_low"), "delta_high": From("delta_high")}
+            ),
+            ("dppo_value_form", "clamp_stops_gradient"),
+        ),
+        "dppo_kl": Reference(
+            "dppo",
+            {"loss_reduction": "token_mean"}
+            | _section(
+                "dppo", {"dppo_type": "binary_kl", "delta_low": From("delta_low"), "delta_high": From("delta_high")}
+            ),
+            ("dppo_value_form", "clamp_stops_gradient", "binary_kl_nan_kept"),
+            note="SkyRL's dppo.delta_low/high default to 0.2 for both variants; 0.05 is the paper's for binary_kl",
+        ),
+        "clip_cov": Reference(
+            "clip_cov",
+            _fields(_SKYRL, loss_reduction="token_mean")
+            | _section(
+                "clip_cov",
+                {
+                    "clip_ratio": From("clip_cov_ratio"),
+                    "clip_cov_lb": From("clip_cov_lb"),
+                    "clip_cov_ub": From("clip_cov_ub"),
+                },
+            ),
+            ("no_overflow_guard", "random_candidates", "prescaled_advantages"),
+        ),
+        "kl_cov": Reference(
+            "kl_cov",
+            {"loss_reduction": "token_mean"}
+            | _section("kl_cov", {"kl_cov_frac": From("kl_cov_ratio"), "ppo_kl_coef": From("ppo_kl_coef")}),
+            ("no_overflow_guard", "covariance_ties", "prescaled_advantages"),
+            note="SkyRL's kl_cov_frac is the fraction itself (int(n * kl_cov_frac) tokens), 0.2 unless told otherwise",
+        ),
     },
     "openrlhf": {
         "grpo": Reference("ppo", _fields(_OPENRLHF, token_level_loss=False), ("empty_rows_not_counted",)),
@@ -190,6 +367,19 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             _fields(_LIGER, loss_type="grpo", importance_sampling_level="sequence"),
             ("no_overflow_guard",),
         ),
+        "cispo": Reference(
+            "LigerFusedLinearGRPOLoss",
+            {"loss_type": "cispo", "epsilon_high": From("eps_high", offset=1.0)},
+            ("no_overflow_guard", "shifted_log_probs"),
+            note="Liger-Kernel caps the weight at epsilon_high itself, as TRL: eps_high=4 is 5",
+        ),
+        "sapo": Reference("LigerFusedLinearGRPOLoss", {"loss_type": "sapo"} | _SAPO_TRL, ("no_overflow_guard",)),
+        "luspo": Reference(
+            "LigerFusedLinearGRPOLoss",
+            _fields(_LIGER, loss_type="luspo", importance_sampling_level="sequence"),
+            ("no_overflow_guard",),
+        ),
+        "vespo": Reference("LigerFusedLinearGRPOLoss", {"loss_type": "vespo"} | _vespo(), ("shifted_log_probs",)),
     },
 }
 

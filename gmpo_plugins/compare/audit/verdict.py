@@ -1,6 +1,9 @@
-"""One verdict per (registry loss, framework).
+"""One verdict per (registry loss, framework); a loss is also a row of ``translations.VARIANTS``
+(a registry loss at other settings than its defaults).
 
-For every audit batch (``batches.audit_cases``), in float64:
+Each framework call runs with torch's generator seeded (``SEED``, the caller's generator
+state restored after it): a framework that draws at random gives one reproducible verdict,
+which rests on that draw. For every audit batch (``batches.audit_cases``), in float64:
 
     whole     the framework's reference on the whole batch (one micro-batch, one rank) against
               the registry (``get_loss(name)(..., BatchInfo(1, B, valid tokens), **defaults)``):
@@ -9,7 +12,9 @@ For every audit batch (``batches.audit_cases``), in float64:
               accumulated as its trainer accumulates them, against its own whole batch
               (``split_deltas``: the worst scaled difference of each split); a loss that
               depends on its batch by definition (``translations.PER_MICRO_BATCH``) against
-              the registry on the same micro-batches instead
+              the registry on the same micro-batches instead, set as the modelled conventions
+              of its translation say, on the batches and splits its other conventions leave
+              alone
     metrics   each metric the framework reports under a core name, against the registry's
               (reported beside the verdict, never in it: names and meanings differ)
     float32   the framework on ``batches.overflow_probe`` (a log ratio of 89 in float32):
@@ -45,12 +50,19 @@ from gmpo_plugins.compare.audit import batches
 from gmpo_plugins.compare.audit.batches import Split
 from gmpo_plugins.compare.audit.callers import Caller
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
-from gmpo_plugins.compare.audit.translations import PER_MICRO_BATCH, CannotExpress, Reference, translation
+from gmpo_plugins.compare.audit.translations import (
+    PER_MICRO_BATCH,
+    CannotExpress,
+    Reference,
+    registry_setting,
+    translation,
+)
 from gmpo_plugins.compare.parity.harness import ParityCase
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 TOLERANCE = 1e-6
+SEED = 0  # every framework call draws from torch's generator seeded with it (clip_cov's random tokens)
 
 
 @dataclass
@@ -99,7 +111,9 @@ def run_framework(
     log_probs = case.log_probs.clone().requires_grad_(True)
     total, metrics = 0.0, {}
     for part in batches.parts(case, log_probs, split):
-        loss, metrics = module.micro_loss(reference, settings, part)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            loss, metrics = module.micro_loss(reference, settings, part)
         (loss / split.ranks).backward()
         total += float(loss.detach()) / split.ranks
     grad = torch.zeros_like(log_probs) if log_probs.grad is None else log_probs.grad
@@ -111,7 +125,7 @@ def run_registry(
 ) -> Evaluation:
     """The registry loss on ``case`` in ``split`` (each micro-batch with the global counts and
     ``dp_size`` = ranks, summed, ranks averaged), with the modelled ``conventions`` applied."""
-    hparams = dict(get_loss(loss_name).resolve({}))
+    registry_name, hparams = registry_setting(loss_name)
     rows = int(case.mask.shape[0])
     for name in conventions:
         hparams.update(CONVENTIONS[name].core_hparams)
@@ -122,7 +136,7 @@ def run_registry(
     total, metrics = 0.0, {}
     for part in batches.parts(case, log_probs, split):
         inputs = LossInputs(*(part.take(t) for t in (log_probs, case.old_log_probs, case.advantages, case.mask)))
-        out = get_loss(loss_name)(inputs, info, **hparams)
+        out = get_loss(registry_name)(inputs, info, **hparams)
         (out.loss / split.ranks).backward()
         total += float(out.loss.detach()) / split.ranks
         metrics = {key: float(value) for key, value in out.metrics.items()}
@@ -158,7 +172,7 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         return Cell(loss_name, caller.name, "not shipped")
     if isinstance(entry, CannotExpress):
         return Cell(loss_name, caller.name, "cannot express", note=entry.reason)
-    hparams = get_loss(loss_name).resolve({})
+    registry_name, hparams = registry_setting(loss_name)
     cell = Cell(
         loss_name,
         caller.name,
@@ -169,7 +183,11 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
         conventions=list(entry.conventions),
     )
     settings = entry.settings(hparams)
-    per_micro_batch = loss_name in PER_MICRO_BATCH
+    per_micro_batch = registry_name in PER_MICRO_BATCH
+    modelled = _modelled(loss_name, entry.conventions) if per_micro_batch else []
+    unmodelled = [CONVENTIONS[name] for name in entry.conventions if name not in modelled]
+    confined = {batch for convention in unmodelled for batch in convention.batches}
+    spared = {label for convention in unmodelled for label in convention.splits}
     module = caller.load() if module is None else module
     losses, grads, splits, metric_deltas = [], [], [], []
     factor_case: tuple[float, str, Evaluation, Evaluation] | None = None
@@ -186,12 +204,14 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
             for key in sorted(set(whole.metrics) & set(registry.metrics)):
                 delta = abs(whole.metrics[key] - registry.metrics[key]) / max(1.0, abs(registry.metrics[key]))
                 metric_deltas.append((delta, f"{key} ({case.name})"))
-            for split in batches.SPLITS:
+            for split in batches.SPLITS if not (per_micro_batch and case.name in confined) else ():
+                if per_micro_batch and split.label in spared:
+                    continue
                 got = run_framework(module, entry, settings, case, split)
                 if not got.finite():
                     cell.verdict, cell.note = "non-finite", f"{case.name}, {split.label}: loss {got.loss}"
                     return cell
-                baseline = run_registry(loss_name, case, split=split) if per_micro_batch else whole
+                baseline = run_registry(loss_name, case, modelled, split) if per_micro_batch else whole
                 delta = max(_scaled(got, baseline))
                 splits.append((delta, f"{split.label} ({case.name})"))
                 cell.split_deltas[split.label] = max(delta, cell.split_deltas.get(split.label, 0.0))
@@ -205,21 +225,33 @@ def audit_cell(caller: Caller, loss_name: str, module: Any = None) -> Cell:
     cell.d_split, cell.worst_split = max(splits) if splits else (0.0, "")
     if metric_deltas:
         cell.d_metric, cell.metric_key = max(metric_deltas)
-    if cell.d_split > TOLERANCE and factor_case is not None:
-        _, _, got, whole = factor_case
-        norm = float((whole.grad * whole.grad).sum())
-        cell.split_factor = float((got.grad * whole.grad).sum()) / norm if norm > 0 else None
+    split_dependent = cell.d_split > TOLERANCE
+    if split_dependent:
+        if factor_case is not None:
+            _, _, got, whole = factor_case
+            norm = float((whole.grad * whole.grad).sum())
+            cell.split_factor = float((got.grad * whole.grad).sum()) / norm if norm > 0 else None
         cell.verdict = "split-dependent"
         if max(cell.d_loss, cell.d_grad) <= TOLERANCE:
             cell.conventions = []
             return cell
-        explained = _explain(cell, module, entry, settings)
-        explained.verdict = "split-dependent"
-        return explained
-    if max(cell.d_loss, cell.d_grad) <= TOLERANCE:
+    elif max(cell.d_loss, cell.d_grad) <= TOLERANCE:
         cell.conventions = []
         return cell
-    return _explain(cell, module, entry, settings)
+    explained = _explain(cell, module, entry, settings)
+    if split_dependent:
+        explained.verdict = "split-dependent"
+    if per_micro_batch and spared:
+        explained.note += (
+            "; " if explained.note else ""
+        ) + f"micro-batches not compared at {', '.join(sorted(spared))}"
+    return explained
+
+
+def _modelled(loss_name: str, names: Sequence[str]) -> list[str]:
+    """The named conventions the registry loss ``loss_name`` can be set to reproduce."""
+    known = get_loss(registry_setting(loss_name)[0]).defaults
+    return [name for name in names if CONVENTIONS[name].modelled and set(CONVENTIONS[name].core_hparams) <= set(known)]
 
 
 def _explain(cell: Cell, module: Any, entry: Reference, settings: Mapping[str, Any]) -> Cell:
@@ -230,9 +262,8 @@ def _explain(cell: Cell, module: Any, entry: Reference, settings: Mapping[str, A
         cell.verdict = "differs"
         cell.note = "no named convention accounts for the difference"
         return cell
-    known = get_loss(cell.loss).defaults
     named = [CONVENTIONS[name] for name in cell.conventions]
-    modelled = [c for c in named if c.modelled and set(c.core_hparams) <= set(known)]
+    modelled = [CONVENTIONS[name] for name in _modelled(cell.loss, cell.conventions)]
     unmodelled = [c for c in named if c not in modelled]
     if any(not c.batches and not c.value_only for c in unmodelled):
         cell.verdict, cell.verified = "convention", False

@@ -74,3 +74,19 @@ def test_batch_dependent_loss_is_compared_with_the_registry_on_the_same_micro_ba
     assert audit_cell(fake, "grpo").verdict == "identical"
     scaled = audit_cell(fake, "dapo")
     assert scaled.verdict == "split-dependent" and scaled.split_factor == pytest.approx(4.0, abs=1e-12)
+
+
+def test_uncommitted_loss_is_accepted_only_where_it_is_not_shipped(fake, monkeypatch):
+    """The live-vs-committed check of the framework sessions: committed cells for every loss but
+    gmpo_nonorm (not shipped by the fake framework) and dapo (shipped): gmpo_nonorm passes,
+    dapo is reported, with the rule in the failure message."""
+    from tests.audit_cells import NEW_LOSSES, changed_cells
+
+    monkeypatch.setitem(FRAMEWORKS, "fake", fake)
+    cells = [
+        audit_cell(fake, loss).as_dict() for loss in report.registry_losses() if loss not in ("gmpo_nonorm", "dapo")
+    ]
+    changes = changed_cells({"frameworks": {"fake": {}}, "cells": cells})
+
+    assert len(changes) == 1 and changes[0].startswith("dapo / fake: committed None, now {'verdict': 'split-dependent'")
+    assert "'not shipped'" in NEW_LOSSES

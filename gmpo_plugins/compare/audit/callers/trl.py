@@ -61,6 +61,9 @@ class ConfiguredTrainer(TensorTrainer):
         self.use_vllm = False
         self.vllm_importance_sampling_correction = False
         self.aux_loss_enabled = False
+        from trl import GRPOTrainer
+
+        self.get_gamma_weights = GRPOTrainer.get_gamma_weights  # vespo's weight: a static helper reached via self
 
 
 def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) -> tuple[torch.Tensor, dict[str, float]]:
