@@ -28,11 +28,15 @@ def test_the_example_trains_and_its_metrics_come_back_per_step(tmp_path, capsys)
     records = json.loads((out / "records.json").read_text())["runs"]["trl"]
     assert records["complete"] is True and records["standins"].startswith("examples/trl_cpu")
     history = [e for e in json.loads((out / "trl" / "log_history.json").read_text()) if "policy_loss" in e]
-    # one optimiser step per RL step (4 responses, mini-batch 4): the records are TRL's own values
-    assert [r["step"] for r in records["records"]] == [1, 2, 3]
-    for record, entry in zip(records["records"], history, strict=True):
-        assert record["reward"] == entry["reward"] and record["grad_norm"] == entry["grad_norm"]
-        assert record["log_ratio_max"] == entry["log_ratio_max"] and record["entropy"] == entry["entropy"]
+    # two optimiser steps per RL step (4 responses, mini-batch 4, 2 epochs): each record aggregates
+    # TRL's two entries of its RL step (means of equal weight, the maximum of the maxima)
+    assert [r["step"] for r in records["records"]] == [1, 2, 3] and len(history) == 6
+    for record, (first, second) in zip(records["records"], zip(history[::2], history[1::2], strict=True), strict=True):
+        for key in ("reward", "grad_norm", "entropy"):  # over the entries that logged it (reward: TRL logs
+            logged = [entry[key] for entry in (first, second) if key in entry]  # it with the generation)
+            assert logged and record[key] == pytest.approx(sum(logged) / len(logged), rel=1e-12)
+        assert record["log_ratio_max"] == max(first["log_ratio_max"], second["log_ratio_max"])
+        assert record["log_ratio_min"] == min(first["log_ratio_min"], second["log_ratio_min"])
     report = (out / "report.md").read_text()
     assert "Status: complete" in report and "### reward" in report and "scale_rewards=group" in report
     assert "trl: complete" in capsys.readouterr().out
