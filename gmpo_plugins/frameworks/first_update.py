@@ -64,7 +64,8 @@ it unchanged), so only relative gradient errors e_j = δg_j / g_j move it, and b
 sensitivities (beta1 0.9, beta2 0.999): the first step by ``eps |g_1| / (|g_1| + eps)^2 * e_1``
 (0 for |g_1| >> eps, at most e_1 / 4 at |g_1| = eps); the second, ``m̂_2 / sqrt(v̂_2)`` with
 m̂_2 = (0.9 g_1 + g_2) / 1.9 and v̂_2 = (0.999 g_1^2 + g_2^2) / 1.999, by
-``|∂u_2/∂log g_1| + |∂u_2/∂log g_2| <= 1.0003`` in lr (its maximum over g_2 / g_1, at g_2 ≈ -0.98 g_1, where the update is still 0.96 lr; at g_1 = g_2 the sum is 0.05). The
+``|∂u_2/∂log g_1| + |∂u_2/∂log g_2| <= 1.0003`` in lr (its maximum over g_2 / g_1, at
+g_2 ≈ -0.98 g_1, where the update is still 0.96 lr; at g_1 = g_2 the sum is 0.05). The
 parameters the second gradient is taken at differ by the first step's error, at most lr * e / 4
 in the few coordinates with |g_1| near eps, so the chained term is of the same small size. Over
 the two steps a coordinate's update (at least 0.96 lr where both steps count) moves by at most
