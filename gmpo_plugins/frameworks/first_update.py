@@ -75,7 +75,9 @@ the same tolerance as the proportional comparison (``tolerance``; K = 2: 3e-5). 
 bounds how much the rare cancelled coordinates may weigh: one sign flipped among N coordinates
 that each moved about lr adds 2 / sqrt(N) (7e-3 for the example's 77120), far beyond the
 tolerance, as a clipped token is (above); its chance is about N * 1e-7 (1e-2 here). Measured on
-the example: ``rel2`` 7.0e-6 (SkyRL / TRL).
+the example (``tiny_adam.toml``, the six pairs of verl, OpenRLHF, TRL and SkyRL): ``rel2`` 2.9e-6 to
+7.0e-6 among OpenRLHF, TRL and SkyRL, 1.5e-5 to 1.7e-5 for verl's pairs (gradients whose terms
+verl sums in another order, magnified where a coordinate's gradient is small against its terms).
 
 What it cannot see: an overall scale of the gradient (a loss normalised by another count, the
 same for every coordinate), which Adam divides out; the proportional comparison catches that, so
