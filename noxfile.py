@@ -30,7 +30,7 @@ build it afresh on the next run anyway: the full suite then needs the disk of it
 sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing:
 verl_e2e, skyrl_e2e and openrlhf_e2e run in the virtualenv of verl, skyrl and openrlhf (which
 nox runs first: `requires`), frameworks_e2e in those of trl, verl, openrlhf and skyrl; the session
-that runs last in a virtualenv removes it (KEPT; about 6 GB kept at most). A failed session keeps its virtualenv
+that runs last in a virtualenv removes it (KEPT; about 8 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
 (`nox --install-only`).
