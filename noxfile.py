@@ -15,8 +15,8 @@
     nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
-    nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's trainers
-                      side by side: the first update compared (after trl, verl, openrlhf)
+    nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's
+                      trainers side by side: the first update compared (after trl, verl, openrlhf, skyrl)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -29,8 +29,8 @@ Each session removes its virtualenv (.nox/<session>) once it passes, because nox
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
 sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing:
 verl_e2e, skyrl_e2e and openrlhf_e2e run in the virtualenv of verl, skyrl and openrlhf (which
-nox runs first: `requires`), frameworks_e2e in those of trl, verl and openrlhf; the session
-that runs last in a virtualenv removes it (KEPT; about 6 GB kept at most). A failed session keeps its virtualenv
+nox runs first: `requires`), frameworks_e2e in those of trl, verl, openrlhf and skyrl; the session
+that runs last in a virtualenv removes it (KEPT; about 8 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
 (`nox --install-only`).
@@ -67,9 +67,10 @@ WARNINGS_REPORTED = ("-W", "default")
 
 # the virtualenvs whose trainers frameworks_e2e runs side by side (framework -> session): their
 # sessions keep them, frameworks_e2e removes them once it passes
-FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl"}
-# sessions whose virtualenv a later session runs in (session -> the session that removes it)
-KEPT = {**{venv: "frameworks_e2e" for venv in FRAMEWORK_SESSIONS.values()}, "skyrl": "skyrl_e2e"}
+FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl", "skyrl": "skyrl"}
+# sessions whose virtualenv a later session runs in (session -> the session that removes it: frameworks_e2e
+# runs after verl_e2e, skyrl_e2e and openrlhf_e2e)
+KEPT = {venv: "frameworks_e2e" for venv in FRAMEWORK_SESSIONS.values()}
 
 
 def releasing(session: nox.Session) -> bool:
@@ -394,12 +395,13 @@ def openrlhf_e2e(session: nox.Session) -> None:
 
 @session(requires=list(FRAMEWORK_SESSIONS.values()))
 def frameworks_e2e(session: nox.Session) -> None:
-    """`gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's own trainers side by side (the
-    CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf and trl sessions (run
-    first: `requires`): the first RL step (two optimiser steps, the clip acting) identical across
-    the three for gmpo and for gspo, TRL's advantage epsilon and the mini-batch order named, a clip
-    bound flipped in one framework named by its clip fractions. Nothing is installed here; the
-    three virtualenvs are removed once it passes."""
+    """`gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's own trainers side by side
+    (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
+    (run first: `requires`): the first RL step (two optimiser steps, the clip acting) identical across
+    verl, OpenRLHF and TRL for gmpo and for gspo under the large-eps AdamW, and between SkyRL and TRL
+    under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute), TRL's advantage epsilon
+    and the mini-batch order named, a clip bound flipped in one framework named by its clip fractions.
+    Nothing is installed here; the four virtualenvs are removed once it passes."""
     pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
     env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
     argv = ["tests/frameworks_e2e", "--durations=0", *session.posargs]

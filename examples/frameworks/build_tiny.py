@@ -6,6 +6,7 @@ model/          a randomly initialised Llama (hidden 64, 2 layers, float32) with
                 tokenizer and a ChatML template saved in the same folder (OpenRLHF and SkyRL load
                 the tokenizer from the model directory); "\n" and ``<|im_end|>`` are single tokens
 prompts.jsonl   16 prompts ``{"prompt": "add 3 and 4", "answer": "7"}``: add / count / say two digits
+prompts_first_step.jsonl   its first 2 prompts (``tiny_adam.toml``: SkyRL shuffles its prompts)
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ def build_model(folder: Path, seed: int = 0) -> None:
     tokenizer.save_pretrained(folder)
 
 
+FIRST_STEP = "prompts_first_step.jsonl"  # the first RL step's 2 prompts only: tiny_adam.toml's dataset
+
+
 def prompts(count: int = 16) -> list[dict[str, str]]:
     """``count`` rows of the digits task."""
     rows = []
@@ -81,8 +85,10 @@ def prompts(count: int = 16) -> list[dict[str, str]]:
 
 def main() -> None:
     build_model(HERE / "model")
-    (HERE / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in prompts()))
-    print(f"built {HERE / 'model'} and {HERE / 'prompts.jsonl'}")
+    rows = prompts()
+    (HERE / "prompts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (HERE / FIRST_STEP).write_text("".join(json.dumps(row) + "\n" for row in rows[:2]))
+    print(f"built {HERE / 'model'}, {HERE / 'prompts.jsonl'} and {HERE / FIRST_STEP}")
 
 
 if __name__ == "__main__":

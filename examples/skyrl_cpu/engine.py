@@ -18,13 +18,16 @@ index, the function every CPU rollout stand-in shares) and counts
 the weight versions it received.
 
 ``SeededGenerator`` (``BasePPOExp.get_generator``) stands in for ``SkyRLGymGenerator``: one turn
-per trajectory, no environment; the reward is the fraction of response tokens that are digits
-(it varies between samples, so GRPO's advantages are not all zero).
+per trajectory, no environment. The reward is a run spec's ``reward(response, answer)`` when one
+is given (the response decoded without special tokens, as verl's and TRL's reward hooks decode
+it; the answer the row's ``reward_spec.ground_truth``), else the fraction of response tokens that
+are digits (it varies between samples, so GRPO's advantages are not all zero).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -157,12 +160,27 @@ def digit_reward(tokenizer: Any, response_ids: list[int]) -> float:
 
 
 class SeededGenerator(GeneratorInterface):
-    """One seeded sample per trajectory from ``CPUInferenceClient`` (module docstring)."""
+    """One seeded sample per trajectory from ``CPUInferenceClient``, scored by ``reward``
+    (``reward(response, answer) -> float``; None: ``digit_reward``; module docstring)."""
 
-    def __init__(self, generator_cfg: Any, tokenizer: Any, client: CPUInferenceClient) -> None:
+    def __init__(
+        self,
+        generator_cfg: Any,
+        tokenizer: Any,
+        client: CPUInferenceClient,
+        reward: Callable[[str, str], float] | None = None,
+    ) -> None:
         self.cfg = generator_cfg
         self.tokenizer = tokenizer
         self.client = client
+        self.reward = reward
+
+    def score(self, response: list[int], extras: dict[str, Any] | None) -> float:
+        """The reward of one response (class docstring)."""
+        if self.reward is None:
+            return digit_reward(self.tokenizer, response)
+        answer = str((extras or {})["reward_spec"]["ground_truth"])
+        return float(self.reward(self.tokenizer.decode(response, skip_special_tokens=True), answer))
 
     async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
         sampling = self.cfg.sampling_params
@@ -180,11 +198,12 @@ class SeededGenerator(GeneratorInterface):
             index = trajectory_ids[i].repetition_id if trajectory_ids else 0
             requests.append((ids, index))
         samples = await self.client.sample(requests, params)
+        extras = input_batch.get("env_extras") or [None] * len(requests)
         responses = [sample.token_ids for sample in samples]
         return {
             "prompt_token_ids": [ids for ids, _ in requests],
             "response_ids": responses,
-            "rewards": [digit_reward(self.tokenizer, response) for response in responses],
+            "rewards": [self.score(response, extra) for response, extra in zip(responses, extras, strict=True)],
             "loss_masks": [[1] * len(response) for response in responses],
             "stop_reasons": [sample.stop_reason for sample in samples],
             "rollout_metrics": {},

@@ -3,7 +3,8 @@
 ``CPUExp`` overrides only hooks of ``BasePPOExp``: ``get_train_dataset`` (SkyRL's
 ``PromptDataset`` tokenised in this process: SkyRL's hook starts 8 ``datasets`` processes,
 half a minute on 2 cores for a few prompts), ``get_inference_client``
-(``engine.CPUInferenceClient``), ``get_generator`` (``engine.SeededGenerator``) and
+(``engine.CPUInferenceClient``), ``get_generator`` (``engine.SeededGenerator``, scored by a run
+spec's reward when one is given) and
 ``get_trainer`` (SkyRL's ``RayPPOTrainer``, building the CPU worker classes of ``workers`` in
 ``build_models`` and with a ``TrainingCallback`` that records every logged payload). The rest
 of the run (``BasePPOExp.run`` -> ``RayPPOTrainer.train``: dataset, GRPO advantages, the
@@ -14,6 +15,7 @@ step, weight sync) is SkyRL's.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -56,8 +58,11 @@ class RecordLogs(TrainingCallback):
 class CPUExp(BasePPOExp):
     """``BasePPOExp`` with the CPU inference engine, generator and workers (module docstring)."""
 
-    def __init__(self, cfg: Any, engine: Any, params_dir: str | None = None) -> None:
+    def __init__(
+        self, cfg: Any, engine: Any, params_dir: str | None = None, reward: Callable[[str, str], float] | None = None
+    ) -> None:
         self.engine = engine
+        self.reward = reward
         self.recorder = RecordLogs(engine, params_dir)
         super().__init__(cfg)
 
@@ -73,7 +78,7 @@ class CPUExp(BasePPOExp):
         return CPUInferenceClient(self.engine, self.cfg.trainer.policy.model.path)
 
     def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> SeededGenerator:
-        return SeededGenerator(cfg.generator, tokenizer, inference_engine_client)
+        return SeededGenerator(cfg.generator, tokenizer, inference_engine_client, self.reward)
 
     def get_trainer(
         self,

@@ -1,6 +1,6 @@
-r"""``python -m skyrl_cpu [--out DIR] [--save-params] <SkyRL overrides>``, or
-``python -m skyrl_cpu --batch RUNS.json [--out DIR] [--save-params]``: SkyRL's trainer on CPU with
-the stand-ins of this package and gmpo-plugins' losses registered.
+r"""``python -m skyrl_cpu [--out DIR] [--save-params] [--reward REF] <SkyRL overrides>``, or
+``python -m skyrl_cpu --batch RUNS.json [--out DIR] [--save-params] [--reward REF]``: SkyRL's trainer
+on CPU with the stand-ins of this package and gmpo-plugins' losses registered.
 
 What SkyRL's ``main_base.main`` does, with these differences: Ray is started here with logical
 GPUs (SkyRL's workers ask Ray for ``num_gpus=1``; nothing uses a GPU) and with this package and
@@ -11,7 +11,10 @@ its ``shims`` on every Ray process's PYTHONPATH; the experiment runs in this pro
 (``DIR/params_step<N>.pt``). ``--batch`` takes ``{"name": [overrides], ...}`` and runs each in
 turn in one Ray session (results in ``DIR/<name>/``; the workers and the engine of a run are
 stopped before the next). A configuration the loss or SkyRL refuses exits with status 2 and one
-line naming the setting, before Ray starts.
+line naming the setting, before Ray starts. ``--reward`` names a run spec's reward
+(``FILE.py:FUNCTION`` or ``module:FUNCTION``, ``reward(response, answer) -> float``), which then
+scores the responses in place of the digit fraction (``engine.SeededGenerator``); one that does
+not resolve exits with status 2 as well.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,6 +53,7 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--save-params", action="store_true", help="also save the parameters after each step")
     parser.add_argument("--batch", help="JSON file {name: [overrides]}: several runs in one Ray session")
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs given to Ray")
+    parser.add_argument("--reward", help="reward(response, answer) -> float: FILE.py:FUNCTION or module:FUNCTION")
     return parser.parse_known_args(argv)
 
 
@@ -82,7 +87,7 @@ def _placement_group_id(hex_id: str):
     return PlacementGroupID.from_hex(hex_id)
 
 
-def run_one(cfg: Any, out: str, save_params: bool) -> dict[str, Any]:
+def run_one(cfg: Any, out: str, save_params: bool, reward: Callable[[str, str], float] | None = None) -> dict[str, Any]:
     """One run of SkyRL's trainer in the current Ray session; returns what metrics.json holds."""
     import ray
 
@@ -94,7 +99,7 @@ def run_one(cfg: Any, out: str, save_params: bool) -> dict[str, Any]:
     engine = start_engine(cfg.trainer.policy.model.path)
     exp = None
     try:
-        exp = CPUExp(cfg, engine, params_dir=out if save_params else None)
+        exp = CPUExp(cfg, engine, params_dir=out if save_params else None, reward=reward)
         exp.run()
         versions = ray.get(engine.weight_version.remote())
     finally:
@@ -120,8 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = _python_path()
     sys.path[:0] = [SHIMS]
     from gmpo_plugins.adapters.skyrl import SkyRLConfigError, register_losses
+    from gmpo_plugins.frameworks.reward import RewardError, load_reward
 
     register_losses()
+    try:
+        reward = load_reward(args.reward, Path.cwd()).function if args.reward else None
+    except RewardError as exc:
+        print(f"python -m skyrl_cpu: --reward: {exc}", file=sys.stderr)
+        return 2
     if args.batch:
         with open(args.batch) as handle:
             runs = {name: [*overrides, *extra] for name, extra in json.load(handle).items()}
@@ -147,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sync_registries()
         for name, cfg in configs.items():
-            run_one(cfg, os.path.join(args.out, name), args.save_params)
+            run_one(cfg, os.path.join(args.out, name), args.save_params, reward)
     finally:
         ray.shutdown()
     return 0

@@ -3,7 +3,8 @@
     gmpo-plugins frameworks SPEC [--set KEY=VALUE ...] [--dry-run] [--frameworks verl,openrlhf,trl,skyrl]
                                  [--out DIR] [--timeout S]
 
-``--frameworks`` defaults to all four for ``--dry-run`` and to the three it runs otherwise.
+``--frameworks`` defaults to all four for ``--dry-run`` and to verl, OpenRLHF and TRL for a run
+(SkyRL runs when named: it cannot set AdamW's eps, which the large-eps example sets).
 
 Reads and checks the TOML run spec (``gmpo_plugins.frameworks.spec``; ``--set`` replaces a value,
 as written in TOML), translates it for each
@@ -16,9 +17,9 @@ one line and exit status 2; a setting a framework cannot express takes that fram
 command ends with one line per refusal on stderr and exit status 2.
 
 Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
-(``gmpo_plugins.frameworks.runner``: verl, OpenRLHF and TRL, with the CPU stand-ins of
-``examples/`` where the interpreter sees no GPU; SkyRL, or a setting any framework cannot
-express, is refused before anything starts), writes ``DIR/report.md`` (status, the first update
+(``gmpo_plugins.frameworks.runner``: verl, OpenRLHF, TRL and SkyRL, with the CPU stand-ins of
+``examples/`` where the interpreter sees no GPU; a setting any framework cannot express is
+refused before anything starts), writes ``DIR/report.md`` (status, the first update
 compared between frameworks, a per-step table per metric, the differences) and
 ``DIR/records.json``, and exits with status 1 when a run is incomplete (130 after Ctrl-C, the
 report written with what finished).
@@ -36,6 +37,7 @@ from gmpo_plugins.cli.errors import UsageError
 
 DEFAULT_OUT = "gmpo-frameworks"
 DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_RUN = ("verl", "openrlhf", "trl")  # SkyRL by name: it refuses the large-eps example (no AdamW eps)
 INTERRUPTED_STATUS = 130
 
 
@@ -58,8 +60,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--frameworks",
         default=None,
-        help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all for --dry-run, "
-        "the runnable verl,openrlhf,trl for a run)",
+        help=f"comma-separated, from {', '.join(FRAMEWORKS)} (default: all for --dry-run, verl,openrlhf,trl for a run)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print each framework's launch, run nothing")
     parser.add_argument(
@@ -89,11 +90,10 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.frameworks.launch import UnsupportedSettingError
     from gmpo_plugins.frameworks.render import block, write_launch
-    from gmpo_plugins.frameworks.runner import RUNNABLE
     from gmpo_plugins.frameworks.spec import SpecError, load_spec, parse_override
     from gmpo_plugins.frameworks.translate import FRAMEWORKS, TRANSLATORS
 
-    default = FRAMEWORKS if args.dry_run else RUNNABLE
+    default = FRAMEWORKS if args.dry_run else DEFAULT_RUN
     frameworks = parse_frameworks(args.frameworks) if args.frameworks is not None else default
     if args.timeout <= 0:
         raise UsageError(f"--timeout: expected seconds > 0, got {args.timeout}")

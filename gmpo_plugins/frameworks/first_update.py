@@ -45,6 +45,49 @@ The clip is a discontinuity of the gradient: a token whose ratio lies within δ�
 by that token's whole term (of order 1/tokens, 1e-2 of it here): beyond the tolerance, as a real
 difference would be. Its chance is about tokens * 1e-6 / (spread of the log-ratios) (1e-4 here).
 
+Sign-like steps (``SIGN_LIKE``: AdamW with ``adam_eps <= SIGN_LIKE_EPS``, 1e-8 being the one
+setting verl, OpenRLHF, TRL and SkyRL share, SkyRL having no eps of its own). With eps far below
+every gradient entry, Adam's step does not follow the gradient's size: the first is
+``lr * g_1 / (|g_1| + eps)``, nearly ``lr * sign(g_1)``, the k-th ``lr * m̂_k / (sqrt(v̂_k) + eps)``,
+each coordinate divided by its own gradient's scale. ``rel`` above then fails where it should not:
+a coordinate whose gradient cancels to within its rounding (|g_i| of the order of δg_i) steps by
++lr in one trainer and -lr in the other, and a coordinate whose gradient is a thousandth of its
+terms magnifies the terms' rounding a thousandfold. Measured on the example (K = 2, eps 1e-8,
+lr 0.01, SkyRL / TRL): ``rel`` 1.2e-3 in one of 77120 coordinates, 1e-5 of the largest update
+exceeded in 314. So the sign-like comparison takes the norm over all coordinates::
+
+    rel2(a,b) = ||d||_2 / max(||Δ_a||_2, ||Δ_b||_2)          d as above
+
+and its tolerance is derived per coordinate, relative to the coordinate's own gradient. Adam's
+step is homogeneous of degree 0 in each coordinate's gradients (g_1 .. g_k scaled together leave
+it unchanged), so only relative gradient errors e_j = δg_j / g_j move it, and by their
+sensitivities (beta1 0.9, beta2 0.999): the first step by ``eps |g_1| / (|g_1| + eps)^2 * e_1``
+(0 for |g_1| >> eps, at most e_1 / 4 at |g_1| = eps); the second, ``m̂_2 / sqrt(v̂_2)`` with
+m̂_2 = (0.9 g_1 + g_2) / 1.9 and v̂_2 = (0.999 g_1^2 + g_2^2) / 1.999, by
+``|∂u_2/∂log g_1| + |∂u_2/∂log g_2| <= 1.0003`` in lr (its maximum over g_2 / g_1, at
+g_2 ≈ -0.98 g_1, where the update is still 0.96 lr; at g_1 = g_2 the sum is 0.05). The
+parameters the second gradient is taken at differ by the first step's error, at most lr * e / 4
+in the few coordinates with |g_1| near eps, so the chained term is of the same small size. Over
+the two steps a coordinate's update (at least 0.96 lr where both steps count) moves by at most
+(1/4 + 1.0003) e lr, 1.3 e of itself; with e at most ε = 1e-5 (the summation-order bound above) for
+a coordinate whose gradient is not cancelled, ``rel2 <= 1.3 ε`` over those: within (2^K - 1) * ε,
+the same tolerance as the proportional comparison (``tolerance``; K = 2: 3e-5). The norm then
+bounds how much the rare cancelled coordinates may weigh: one sign flipped among N coordinates
+that each moved about lr adds 2 / sqrt(N) (7e-3 for the example's 77120), far beyond the
+tolerance, as a clipped token is (above); its chance is about N * 1e-7 (1e-2 here). Measured on
+the example (``tiny_adam.toml``, the six pairs of verl, OpenRLHF, TRL and SkyRL): ``rel2`` 2.9e-6 to
+7.0e-6 among OpenRLHF, TRL and SkyRL, 1.5e-5 to 1.7e-5 for verl's pairs (gradients whose terms
+verl sums in another order, magnified where a coordinate's gradient is small against its terms).
+
+What it cannot see: an overall scale of the gradient (a loss normalised by another count, the
+same for every coordinate), which Adam divides out; the proportional comparison catches that, so
+verl, OpenRLHF and TRL keep it (``examples/frameworks/tiny.toml``, eps 100), and SkyRL, which sets
+no eps, is compared with the others under this one (``examples/frameworks/tiny_adam.toml``).
+What it does see: a difference of direction, as a clip bound, a group's advantages scaled apart
+(an advantage epsilon of 1e-4 against a group std of order 1), or IS weights, moves the affected
+coordinates' steps by 1e-4 of them or more. Between the two settings (``SIGN_LIKE_EPS < adam_eps
+< PROPORTIONAL_EPS``) neither derivation holds and the comparison has no verdict.
+
 The tolerance holds for ``dtype = "float32"`` only; in bfloat16 the rounding of every product is
 2^-8 and the comparison is printed without a verdict. The update must be large against the
 stored weights' ulps for the measure to resolve 1e-5: a learning rate that moves the largest
@@ -76,12 +119,29 @@ import torch
 from gmpo_plugins.frameworks.launch import Launch
 
 TOLERANCE = 1e-5
+PROPORTIONAL = "proportional"  # SGD, or AdamW with eps far above every gradient entry: rel, the largest entry
+SIGN_LIKE = "sign-like"  # AdamW with eps far below every gradient entry: rel2, the norm
+PROPORTIONAL_EPS = 1.0
+SIGN_LIKE_EPS = 1e-6
+CRITERIA = {PROPORTIONAL: "largest entry", SIGN_LIKE: "norm"}
 
 
-def tolerance(dtype: str, optimiser_steps: int) -> float | None:
-    """The tolerance of ``rel`` after ``optimiser_steps`` chained steps (module docstring):
-    ``(2^K - 1) * TOLERANCE`` in float32, None (no verdict) otherwise."""
-    if dtype != "float32":
+def comparison(optimizer: str, adam_eps: float) -> str | None:
+    """The comparison the optimiser's first steps allow (module docstring): ``PROPORTIONAL`` for SGD
+    or AdamW with ``adam_eps >= PROPORTIONAL_EPS``, ``SIGN_LIKE`` for AdamW with ``adam_eps <=
+    SIGN_LIKE_EPS``, None (no verdict) between."""
+    if optimizer == "sgd" or adam_eps >= PROPORTIONAL_EPS:
+        return PROPORTIONAL
+    if adam_eps <= SIGN_LIKE_EPS:
+        return SIGN_LIKE
+    return None
+
+
+def tolerance(dtype: str, optimiser_steps: int, kind: str | None = PROPORTIONAL) -> float | None:
+    """The tolerance of ``rel`` (``PROPORTIONAL``) or ``rel2`` (``SIGN_LIKE``) after ``optimiser_steps``
+    chained steps (module docstring): ``(2^K - 1) * TOLERANCE`` in float32, None (no verdict) in
+    another dtype or for another ``kind``."""
+    if dtype != "float32" or kind not in CRITERIA:
         return None
     return (2**optimiser_steps - 1) * TOLERANCE
 
@@ -98,8 +158,9 @@ class FirstUpdateError(RuntimeError):
 
 @dataclass(frozen=True)
 class PairComparison:
-    """One pair of frameworks: ``rel`` (module docstring), the tolerance (None: no verdict, not
-    float32), the step-1 rewards, and the named behaviours that differ between the two."""
+    """One pair of frameworks: ``rel`` or ``rel2`` (module docstring, by ``kind``: ``comparison``), the
+    tolerance (None: no verdict, not float32 or no kind), the step-1 rewards, and the named
+    behaviours that differ between the two."""
 
     first: str
     second: str
@@ -107,6 +168,7 @@ class PairComparison:
     tolerance: float | None
     rewards: tuple[float | None, float | None]
     causes: tuple[str, ...]
+    kind: str | None = PROPORTIONAL
 
     @property
     def identical(self) -> bool | None:
@@ -162,9 +224,13 @@ def _flat(parameters: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch
 
 
 def relative_difference(
-    initial: Mapping[str, torch.Tensor], first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor]
+    initial: Mapping[str, torch.Tensor],
+    first: Mapping[str, torch.Tensor],
+    second: Mapping[str, torch.Tensor],
+    norm: float = math.inf,
 ) -> float:
-    """``rel`` of the module docstring over the parameters ``first`` and ``second`` share with ``initial``.
+    """``rel`` (``norm`` inf) or ``rel2`` (``norm`` 2) of the module docstring over the parameters
+    ``first`` and ``second`` share with ``initial``.
 
     Raises FirstUpdateError when the two name different parameters (or none), when a parameter's
     shape differs between the three, or when neither moved.
@@ -186,10 +252,10 @@ def relative_difference(
     stored = torch.maximum(theta_a.abs(), theta_b.abs()).float()
     ulp = torch.nextafter(stored, torch.tensor(math.inf)).double() - stored.double()
     gap = ((theta_a - theta_b).abs() - ulp).clamp_min(0.0)
-    scale = max(float((theta_a - theta0).abs().max()), float((theta_b - theta0).abs().max()))
+    scale = max(float(torch.linalg.vector_norm(theta - theta0, norm)) for theta in (theta_a, theta_b))
     if scale == 0.0:
         raise FirstUpdateError("neither run moved any parameter in its first update")
-    return float(gap.max()) / scale
+    return float(torch.linalg.vector_norm(gap, norm)) / scale
 
 
 def causes(first: Launch, second: Launch, rollouts_differ: bool | None = None) -> tuple[str, ...]:
@@ -246,13 +312,16 @@ def compare_pair(
     second: str,
     dtype: str,
     optimiser_steps: int = 1,
+    kind: str | None = PROPORTIONAL,
 ) -> PairComparison:
-    """Compare the first RL steps of ``first`` and ``second`` (``optimiser_steps`` each); ``runs``
-    maps a framework to the file of its parameters after the first RL step and its per-step records."""
+    """Compare the first RL steps of ``first`` and ``second`` (``optimiser_steps`` each) by ``kind``
+    (``comparison``; None: ``rel``, no verdict); ``runs`` maps a framework to the file of its
+    parameters after the first RL step and its per-step records."""
     (path_a, records_a), (path_b, records_b) = runs[first], runs[second]
-    rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b))
+    norm = 2.0 if kind == SIGN_LIKE else math.inf
+    rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b), norm)
     rewards = (step_one_reward(records_a), step_one_reward(records_b))
-    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps), rewards, ())
+    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps, kind), rewards, (), kind)
     differ = None if pair.same_rewards is None else not pair.same_rewards
     named = causes(launches[first], launches[second], differ)
     if not named and pair.same_rewards and pair.identical is False:

@@ -17,6 +17,20 @@
     peak_memory_gb  (not logged)            actor/perf/                  (not logged)
                                             max_memory_allocated_gb
 
+    vocabulary      SkyRL (its tracker's payload, one per RL step; ``examples/skyrl_cpu`` records it in
+                    ``metrics.json``)
+    reward          reward/avg_raw_reward
+    policy_loss     policy/policy_loss
+    clip_frac_low   policy/loss_metrics/gmpo/clip_frac_low
+    clip_frac_high  policy/loss_metrics/gmpo/clip_frac_high
+    log_ratio_min   policy/loss_metrics/gmpo/log_ratio_min
+    log_ratio_max   policy/loss_metrics/gmpo/log_ratio_max
+    entropy         policy/policy_entropy
+    kl              policy/policy_kl (use_kl_loss)
+    grad_norm       policy/grad_norm
+    step_time       timing/step (seconds)
+    peak_memory_gb  (not logged)
+
 One aggregation across the optimiser steps (and micro-batches) of an RL step, for every trainer
 (``AGGREGATION``, ``aggregate``): ``log_ratio_min`` the minimum of the minima, ``log_ratio_max``
 the maximum of the maxima, ``step_time`` the sum, every other metric the mean weighted by the
@@ -32,6 +46,12 @@ count it was taken over. What each trainer gives to aggregate:
   the minimum of keys with ``min`` in their name, the maximum of those with ``max``, the mean
   of the others (``reduce_metrics``). With one micro-batch per optimiser step that is this
   aggregation, responses-weighted; with several, verl's ``log_ratio_min`` is a mean of minima.
+- SkyRL aggregates itself before it logs (``reduce_metrics``): over the micro-batches of an
+  optimiser step the plain mean (a sum for names ending in ``loss``), over the optimiser steps
+  (mini-batches and epochs) the plain mean; at both levels the minimum of keys ending in
+  ``_min`` and the maximum of those ending in ``_max``. Every optimiser step holds
+  ``mini_batch_size`` responses, so with one micro-batch per optimiser step that is this
+  aggregation, responses-weighted, as for verl.
 - OpenRLHF logs once per RL step under ``train/``: means over the step's micro-batches and
   epochs weighted by tokens (``policy_loss``) or samples, ``actor_grad_norm`` of its last
   optimiser step, ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
@@ -102,6 +122,18 @@ OPENRLHF_NAMES = {
     "kl": "train/kl",
     "grad_norm": "train/actor_grad_norm",
     "step_time": "train/timing/step_total",
+}
+SKYRL_NAMES = {
+    "reward": "reward/avg_raw_reward",
+    "policy_loss": "policy/policy_loss",
+    "clip_frac_low": "policy/loss_metrics/gmpo/clip_frac_low",
+    "clip_frac_high": "policy/loss_metrics/gmpo/clip_frac_high",
+    "log_ratio_min": "policy/loss_metrics/gmpo/log_ratio_min",
+    "log_ratio_max": "policy/loss_metrics/gmpo/log_ratio_max",
+    "entropy": "policy/policy_entropy",
+    "kl": "policy/policy_kl",
+    "grad_norm": "policy/grad_norm",
+    "step_time": "timing/step",
 }
 AGGREGATION = {"log_ratio_min": "min", "log_ratio_max": "max", "step_time": "sum"}  # others: "mean"
 OPENRLHF_LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
@@ -254,4 +286,26 @@ def openrlhf_records(
                 record[name] = by_tag[tag][step]
         record.update((loss or {}).get(step, {}))
         records.append({"step": step, **ordered(record)})
+    return records
+
+
+def skyrl_records(metrics: Mapping[str, Any]) -> list[dict[str, float]]:
+    """One vocabulary record per RL step from what SkyRL logged (module docstring).
+
+    Args:
+        metrics: ``examples/skyrl_cpu``'s ``metrics.json``: ``{"steps": {"N": {metric: value}}}``,
+            each step's payload as SkyRL's trainer handed it to its tracker.
+
+    Returns:
+        Records in RL-step order, each with ``step`` and the metrics SkyRL logged; ValueError
+        for a step that is not a whole number or a value that is no number.
+    """
+    records = []
+    for key in sorted(metrics["steps"], key=int):
+        data = metrics["steps"][key]
+        record: dict[str, float] = {"step": int(key)}
+        for name, tag in SKYRL_NAMES.items():
+            if tag in data:
+                record[name] = float(data[tag])
+        records.append(record)
     return records

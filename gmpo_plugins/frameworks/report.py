@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gmpo_plugins.frameworks.first_update import (
+    PROPORTIONAL,
+    SIGN_LIKE,
     FirstUpdateError,
     PairComparison,
     compare_pair,
+    comparison,
     initial_parameters,
 )
 from gmpo_plugins.frameworks.launch import Launch
@@ -69,10 +72,11 @@ def first_updates(
     if len(names) < 2:
         return [], "fewer than two complete runs left their parameters after the first RL step (the CPU stand-ins do)"
     by_name = {launch.framework: launch for launch in launches}
+    steps, kind = optimiser_steps_per_rl_step(spec), comparison(spec.optimizer, spec.adam_eps)
     try:
         initial = initial_parameters(spec.model)
         pairs = [
-            compare_pair(initial, saved, by_name, first, second, spec.dtype, optimiser_steps_per_rl_step(spec))
+            compare_pair(initial, saved, by_name, first, second, spec.dtype, steps, kind)
             for i, first in enumerate(names)
             for second in names[i + 1 :]
         ]
@@ -111,21 +115,37 @@ def first_update_lines(pairs: Sequence[PairComparison], why_not: str, optimiser_
         return [*lines, f"({why_not})"]
     steps = "1 optimiser step" if optimiser_steps == 1 else f"{optimiser_steps} optimiser steps"
     lines += [
-        f"Largest parameter difference after the first RL step ({steps} on the first rollout batch), over "
-        "the largest update (float32 tolerance (2^K - 1) * 1e-5 for K chained steps; "
+        f"Parameter difference after the first RL step ({steps} on the first rollout batch), relative to "
+        "the update (float32 tolerance (2^K - 1) * 1e-5 for K chained steps; "
         "`gmpo_plugins.frameworks.first_update`). Where two frameworks differ, the behaviours of theirs that "
         "reach the first RL step and differ are named.",
         "",
-        "| frameworks | max rel. difference | tolerance | verdict | step-1 reward | named behaviours that differ |",
-        "|---|---|---|---|---|---|",
+        *(f"- {kind}: {COMPARISONS[kind]}" for kind in dict.fromkeys(pair.kind for pair in pairs)),
+        "",
+        "| frameworks | comparison | rel. difference | tolerance | verdict | step-1 reward | "
+        "named behaviours that differ |",
+        "|---|---|---|---|---|---|---|",
     ]
     for pair in pairs:
         tolerance = "" if pair.tolerance is None else f"{pair.tolerance:g}"
         lines.append(
-            f"| {pair.first} / {pair.second} | {pair.rel:.2e} | {tolerance} | {_verdict(pair)} | "
-            f"{_rewards(pair)} | {_explanation(pair)} |"
+            f"| {pair.first} / {pair.second} | {pair.kind or 'none'} | {pair.rel:.2e} | {tolerance} | "
+            f"{_verdict(pair)} | {_rewards(pair)} | {_explanation(pair)} |"
         )
     return lines
+
+
+COMPARISONS = {
+    PROPORTIONAL: "SGD, or AdamW with an eps far above every gradient entry (step = lr / eps * momentum): the "
+    "largest entry of the difference over the largest entry of the update; a rounding difference stays "
+    "proportional to the gradient and at most doubles per chained step",
+    SIGN_LIKE: "AdamW with eps 1e-8, the setting all four trainers share (step nearly lr * sign): the norm of "
+    "the difference over the norm of the update; Adam divides each coordinate by its own gradient's size, so a "
+    "relative rounding error moves a step by at most 1.3 times itself, while a coordinate whose gradient "
+    "cancels to its rounding may flip sign (the largest entry does not resolve it); an overall scale of the "
+    "gradient is not seen",
+    None: "AdamW with an eps between the two settings: no derivation holds, no verdict",
+}
 
 
 def write_report(
@@ -165,6 +185,7 @@ def write_report(
     comparisons = [
         {
             "frameworks": [pair.first, pair.second],
+            "comparison": pair.kind,
             "rel": pair.rel,
             "tolerance": pair.tolerance,
             "identical": pair.identical,

@@ -14,15 +14,15 @@ events through ``scalars``, run with OpenRLHF's interpreter, which has tensorboa
 parameters after the first optimiser step from where the stand-ins left them (``standins``,
 ``first_update``).
 
-Runnable here: ``trl`` (on CPU as it is; with the seeded rollout of ``examples/trl_cpu``
-where its interpreter sees no GPU), ``verl`` and ``openrlhf`` (on a GPU, or with the CPU
-stand-ins of ``examples/verl_cpu`` and ``examples/openrlhf_cpu``): ``standins``. SkyRL is
-refused before anything starts (``RUNNABLE``).
+Runnable here (``RUNNABLE``): ``trl`` (on CPU as it is; with the seeded rollout of
+``examples/trl_cpu`` where its interpreter sees no GPU), ``verl``, ``openrlhf`` and ``skyrl`` (on
+a GPU, or with the CPU stand-ins of ``examples/verl_cpu``, ``examples/openrlhf_cpu`` and
+``examples/skyrl_cpu``): ``standins``.
 
 ``FrameworkRun.first_update`` names the torch file of the actor's parameters after the first
 RL step (all its optimiser steps on the first rollout batch) where the stand-ins left one
-(``LocalLaunch.first_update``): verl and OpenRLHF hand their weights to the rollout engine once
-per RL step, TRL's callback saves them after the RL step's last optimiser step.
+(``LocalLaunch.first_update``): verl, OpenRLHF and SkyRL hand their weights to the rollout engine
+once per RL step, TRL's callback saves them after the RL step's last optimiser step.
 """
 
 from __future__ import annotations
@@ -39,11 +39,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
-from gmpo_plugins.frameworks.metrics import openrlhf_loss_records, openrlhf_records, trl_records, verl_records
+from gmpo_plugins.frameworks.metrics import (
+    openrlhf_loss_records,
+    openrlhf_records,
+    skyrl_records,
+    trl_records,
+    verl_records,
+)
 from gmpo_plugins.frameworks.spec import RunSpec
-from gmpo_plugins.frameworks.standins import OPENRLHF_METRICS_ENV, LocalLaunch, StandinsError, local_launch
+from gmpo_plugins.frameworks.standins import (
+    OPENRLHF_METRICS_ENV,
+    SKYRL_METRICS,
+    LocalLaunch,
+    StandinsError,
+    local_launch,
+)
 
-RUNNABLE = ("verl", "openrlhf", "trl")
+RUNNABLE = ("verl", "openrlhf", "trl", "skyrl")
 END_WAIT_S = 10.0
 LOG_TAIL_CHARS = 4000
 READER_TIMEOUT_S = 300.0
@@ -215,6 +227,8 @@ def read_records(
     if framework == "verl":
         lines = Path(local.launch.env["VERL_FILE_LOGGER_PATH"]).read_text().splitlines()
         return verl_records(lines, memory=not local.standins)
+    if framework == "skyrl":
+        return skyrl_records(json.loads((folder / SKYRL_METRICS).read_text()))
     if framework == "openrlhf":
         logdir = local.launch.argv[local.launch.argv.index(TENSORBOARD_FLAG) + 1]
         side_file = Path(local.launch.env.get(OPENRLHF_METRICS_ENV, ""))

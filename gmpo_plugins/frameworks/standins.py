@@ -33,6 +33,19 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
                GRPOTrainer (it runs on CPU as it is) with
                the seeded ``rollout_func`` of
                ``examples/trl_cpu``
+    skyrl      ``python3 -m skyrl_cpu --out DIR               Ray's files in a fresh folder
+               --save-params --reward DIR/skyrl_main.py:      (``RAY_TMPDIR``, ``ray_dir``)
+               _reward OVERRIDES CPU`` in place of
+               ``python3 DIR/skyrl_main.py OVERRIDES``:
+               SkyRL's own RayPPOTrainer with the stand-ins
+               of ``examples/skyrl_cpu`` (logical Ray GPUs,
+               CPU FSDP workers, an HF-generate engine, a
+               seeded one-turn generator scored by the
+               reward the launch's script binds) and their
+               ``shims`` on PYTHONPATH; ``CPU`` the
+               overrides of ``SKYRL_CPU_OVERRIDES`` (one
+               rank, no flash-attn, gloo weight sync, a
+               float32 engine, no GPU monitors)
 
 Every CPU rollout stand-in samples with ``examples/seeded_generation.py`` (seed from the prompt's
 token ids and the sample's index for that prompt), so frameworks that hold the same weights draw
@@ -40,8 +53,10 @@ the same responses, and each leaves the parameters after the first optimiser ste
 folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
 receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
 (``record/engine_weights_1.pt``), TRL's callback the model after the last optimiser step of RL step 1
-(``TRL_CPU_FIRST_UPDATE``). An OpenRLHF launch also names the adapter's side file of loss
-metrics, ``loss_metrics.jsonl`` in its folder (``OPENRLHF_METRICS_ENV``; ``metrics``).
+(``TRL_CPU_FIRST_UPDATE``), SkyRL's engine the weights SkyRL synced after each RL step
+(``params_step1.pt``, beside its logged metrics in ``metrics.json``: ``SKYRL_METRICS``). An
+OpenRLHF launch also names the adapter's side file of loss metrics, ``loss_metrics.jsonl`` in its
+folder (``OPENRLHF_METRICS_ENV``; ``metrics``).
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
@@ -78,6 +93,24 @@ OPENRLHF_RECORD_ENV = "OPENRLHF_E2E_RECORD_DIR"
 OPENRLHF_METRICS_ENV = "GMPO_PLUGINS_OPENRLHF_METRICS"  # the adapter's side file of loss metrics
 OPENRLHF_METRICS = "loss_metrics.jsonl"
 OPENRLHF_FIRST_SYNC = "engine_weights_1.pt"  # the weights of the engine's first sync: after RL step 1
+SKYRL_SCRIPT = "skyrl_main.py"  # the launch's script (translate.skyrl), which binds the reward to _reward
+SKYRL_STANDINS = (
+    "examples/skyrl_cpu (logical Ray GPUs, CPU FSDP workers, HF-generate engine, seeded one-turn generator)"
+)
+SKYRL_CPU_OVERRIDES = (  # what SkyRL's defaults ask of a GPU machine: flash-attn, NCCL, vLLM's dtype, GPU monitors
+    "trainer.strategy=fsdp",
+    "trainer.placement.colocate_all=false",
+    "trainer.placement.policy_num_gpus_per_node=1",
+    "trainer.flash_attn=false",
+    "trainer.remove_microbatch_padding=false",
+    "data.dataloader.num_workers=0",
+    "generator.inference_engine.model_dtype=float32",
+    "generator.inference_engine.weight_sync_backend=gloo",
+    "generator.inference_engine.enable_ray_prometheus_stats=false",
+    "trainer.enable_ray_gpu_monitor=false",
+)
+SKYRL_METRICS = "metrics.json"  # skyrl_cpu's record of every payload SkyRL logged, by RL step
+SKYRL_FIRST_UPDATE = "params_step1.pt"
 FP32 = ("--ds.param_dtype", "fp32")
 PROBE = "import torch; print(torch.cuda.device_count())"
 PROBE_TIMEOUT_S = 300.0
@@ -196,7 +229,23 @@ def _torch_extensions(bin_dir: str) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": os.path.join(prefix, "torch_extensions")}
 
 
-PLANS = {"verl": _verl, "openrlhf": _openrlhf, "trl": _trl}
+def _skyrl(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+    script = str(folder / SKYRL_SCRIPT)
+    if tuple(launch.argv[:2]) != ("python3", script):
+        raise StandinsError(f"skyrl: expected a launch of python3 {script}, got {' '.join(launch.argv[:2])}")
+    if gpu_count(python) > 0:
+        return LocalLaunch(launch)
+    _require_examples("skyrl", python, "skyrl_cpu")
+    ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
+    options = ("--out", str(folder), "--save-params", "--reward", f"{script}:_reward")
+    argv = ("python3", "-m", "skyrl_cpu", *options, *launch.argv[2:], *SKYRL_CPU_OVERRIDES)
+    env = {**launch.env, "RAY_TMPDIR": ray_dir}
+    pythonpath = (str(EXAMPLES), str(EXAMPLES / "skyrl_cpu" / "shims"))
+    first_update = str(folder / SKYRL_FIRST_UPDATE)
+    return LocalLaunch(replace(launch, argv=argv, env=env), SKYRL_STANDINS, pythonpath, ray_dir, first_update)
+
+
+PLANS = {"verl": _verl, "openrlhf": _openrlhf, "trl": _trl, "skyrl": _skyrl}
 
 
 def local_launch(launch: Launch, python: str, folder: Path) -> LocalLaunch:

@@ -10,12 +10,15 @@ import pytest
 import torch
 
 from gmpo_plugins.frameworks.first_update import (
+    PROPORTIONAL,
+    SIGN_LIKE,
     TOLERANCE,
     FirstUpdateError,
     PairComparison,
     causes,
     clip_difference,
     compare_pair,
+    comparison,
     initial_parameters,
     load_parameters,
     relative_difference,
@@ -244,3 +247,40 @@ def test_without_safetensors_the_initial_model_is_not_read(tmp_path, monkeypatch
         FirstUpdateError, match=r"needs safetensors \(the report extra: pip install gmpo-plugins\[report\]\)$"
     ):
         initial_parameters(tmp_path)
+
+
+def test_the_comparison_follows_the_optimisers_step():
+    assert comparison("sgd", 1e-8) == PROPORTIONAL  # SGD's step is lr * g whatever the eps
+    assert comparison("adamw", 100.0) == comparison("adamw", 1.0) == PROPORTIONAL  # (lr / eps) * m
+    assert comparison("adamw", 1e-8) == comparison("adamw", 1e-6) == SIGN_LIKE  # lr * m / sqrt(v)
+    assert comparison("adamw", 1e-3) is None  # between: neither derivation holds
+    # the same (2^K - 1) * 1e-5 for both kinds (sign-like: 1.3 e per coordinate over two steps <= 3 e)
+    assert tolerance("float32", 2, SIGN_LIKE) == tolerance("float32", 2, PROPORTIONAL) == pytest.approx(3e-5)
+    assert tolerance("float32", 2, None) is None and tolerance("bfloat16", 2, SIGN_LIKE) is None
+
+
+# both move w[0] by 0.5 (to 0.5) and b by 0.5 (to -1.5); the second moves w[0] 2^-7 further
+BOTH = params(w=[0.5, 1.0], b=[-1.5])
+BOTH_FURTHER = params(w=[0.5078125, 1.0], b=[-1.5])
+
+
+def test_the_sign_like_comparison_is_the_norm_of_the_difference_over_the_norm_of_the_update():
+    # gap: 2^-7 - ulp(0.5078125) = 2^-7 - 2^-24 on w[0], 0 elsewhere
+    gap = 2**-7 - 2**-24
+    # largest entry: gap / 0.5078125; norm: gap / sqrt(0.5078125^2 + 0.5^2) = 0.00781244 / 0.712652 = 1.09625e-2
+    assert relative_difference(THETA0, BOTH, BOTH_FURTHER) == pytest.approx(gap / 0.5078125, rel=1e-12)
+    rel2 = relative_difference(THETA0, BOTH, BOTH_FURTHER, norm=2.0)
+    assert rel2 == pytest.approx(gap / (0.5078125**2 + 0.25) ** 0.5, rel=1e-12)
+    assert rel2 == pytest.approx(1.096248e-2, rel=1e-6)
+
+
+def test_compare_pair_takes_the_norm_for_sign_like_steps(tmp_path):
+    torch.save(BOTH, tmp_path / "skyrl.pt")
+    torch.save(BOTH_FURTHER, tmp_path / "trl.pt")
+    runs = {"skyrl": (str(tmp_path / "skyrl.pt"), []), "trl": (str(tmp_path / "trl.pt"), [])}
+    launches = {"skyrl": launch("skyrl"), "trl": launch("trl")}
+    result = compare_pair(THETA0, runs, launches, "skyrl", "trl", "float32", 2, SIGN_LIKE)
+    assert result.kind == SIGN_LIKE and result.rel == pytest.approx(1.096248e-2, rel=1e-6)
+    assert (result.tolerance, result.identical) == (pytest.approx(3e-5), False)
+    none = compare_pair(THETA0, runs, launches, "skyrl", "trl", "float32", 2, None)
+    assert none.kind is None and none.rel == pytest.approx((2**-7 - 2**-24) / 0.5078125) and none.identical is None

@@ -12,6 +12,7 @@ from gmpo_plugins.frameworks.metrics import (
     aggregate,
     openrlhf_loss_records,
     openrlhf_records,
+    skyrl_records,
     trl_records,
     verl_records,
 )
@@ -208,3 +209,38 @@ def test_the_openrlhf_side_file_holds_each_micro_batchs_metrics_and_counts(tmp_p
         "sequences": 2,
         "metrics": {"clip_frac_low": pytest.approx(1 / 3), "log_ratio_min": -0.5},
     }
+
+
+def test_skyrl_payloads_map_to_the_vocabulary_in_step_order():
+    # SkyRL has already aggregated each RL step's optimiser steps (reduce_metrics): the reader maps names only
+    steps = {
+        "2": {"reward/avg_raw_reward": 0.5, "policy/loss_metrics/gmpo/clip_frac_low": 0.0},
+        "1": {
+            "reward/avg_raw_reward": 1.125,
+            "policy/policy_loss": 0.25,
+            "policy/loss_metrics/gmpo/clip_frac_low": 0.09375,
+            "policy/loss_metrics/gmpo/clip_frac_high": 0.078125,
+            "policy/loss_metrics/gmpo/log_ratio_min": -0.75,
+            "policy/loss_metrics/gmpo/log_ratio_max": 0.5,
+            "policy/policy_entropy": 1.5,
+            "policy/grad_norm": 2.0,
+            "timing/step": 0.375,
+            "policy/policy_lr": 0.01,  # not in the vocabulary
+        },
+    }
+    assert skyrl_records({"steps": steps}) == [
+        {
+            "step": 1,
+            "reward": 1.125,
+            "policy_loss": 0.25,
+            "clip_frac_low": 0.09375,
+            "clip_frac_high": 0.078125,
+            "log_ratio_min": -0.75,
+            "log_ratio_max": 0.5,
+            "entropy": 1.5,
+            "grad_norm": 2.0,
+            "step_time": 0.375,
+        },
+        {"step": 2, "reward": 0.5, "clip_frac_low": 0.0},
+    ]
+    assert skyrl_records({"steps": {}}) == []

@@ -62,16 +62,20 @@ FURTHER = {"w": torch.tensor([0.5078125, 1.0]), "b": torch.tensor([-2.0])}  # 0.
 # (2^-7 - ulp(0.5078125) = 2^-24) / 0.5078125 = (1 - 2^-17) / 65 = 1.5384498e-02
 FURTHER_REL = "1.54e-02"
 ADVANTAGES = "advantages: verl (r - group mean) / (group std + 1e-6); trl (r - group mean) / (group std + 1e-4)"
-HEADER = "| frameworks | max rel. difference | tolerance | verdict | step-1 reward | named behaviours that differ |"
+HEADER = (
+    "| frameworks | comparison | rel. difference | tolerance | verdict | step-1 reward | named behaviours that differ |"
+)
 
 
-def first_update_rows(tmp_path, write_spec, spec_dir, dtype, trl_update, trl_reward=0.5, trl_saves=True):
+def first_update_rows(
+    tmp_path, write_spec, spec_dir, dtype, trl_update, trl_reward=0.5, trl_saves=True, adam_eps=100.0
+):
     """The first-update table's rows of a report of verl and trl (their translators' named
     behaviours), each with a first-update file, over the initial model THETA0."""
     from safetensors.torch import save_file
 
     save_file(THETA0, str(spec_dir / "model" / "model.safetensors"))
-    spec = load_spec(write_spec(dtype=dtype))
+    spec = load_spec(write_spec(dtype=dtype, adam_eps=adam_eps))
     launches = [
         Launch("verl", ("python3",), differences=verl_translator.differences(spec)),
         Launch("trl", ("python3",), differences=trl_translator.differences(spec)),
@@ -95,16 +99,18 @@ def first_update_rows(tmp_path, write_spec, spec_dir, dtype, trl_update, trl_rew
     section = report[report.index("## First RL step") : report.index("## Per step")].strip().splitlines()
     if section[2].startswith("("):
         return section[2:], json.loads((out / "records.json").read_text())["first_update"]
-    assert section[4:6] == [HEADER, "|---|---|---|---|---|---|"]
-    return section[6:], json.loads((out / "records.json").read_text())["first_update"]
+    assert section[4].startswith("- proportional: " if adam_eps >= 1 else "- sign-like: ")
+    assert section[6:8] == [HEADER, "|---|---|---|---|---|---|---|"]
+    return section[8:], json.loads((out / "records.json").read_text())["first_update"]
 
 
 def test_equal_first_updates_are_identical(tmp_path, write_spec, spec_dir):
     rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", UPDATED)
-    assert rows == ["| verl / trl | 0.00e+00 | 1e-05 | identical | 0.5 |  |"]
+    assert rows == ["| verl / trl | proportional | 0.00e+00 | 1e-05 | identical | 0.5 |  |"]
     assert records == [
         {
             "frameworks": ["verl", "trl"],
+            "comparison": "proportional",
             "rel": 0.0,
             "tolerance": 1e-05,
             "identical": True,
@@ -116,7 +122,7 @@ def test_equal_first_updates_are_identical(tmp_path, write_spec, spec_dir):
 
 def test_a_difference_above_the_tolerance_names_the_advantages(tmp_path, write_spec, spec_dir):
     rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER)
-    assert rows == [f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | 0.5 | {ADVANTAGES} |"]
+    assert rows == [f"| verl / trl | proportional | {FURTHER_REL} | 1e-05 | DIFFERENT | 0.5 | {ADVANTAGES} |"]
     assert records[0]["rel"] == (1 - 2**-17) / 65 and records[0]["identical"] is False
 
 
@@ -124,13 +130,22 @@ def test_different_first_rollouts_name_only_what_chooses_the_rollout(tmp_path, w
     """verl and TRL both take the prompts in file order: rollouts that differ are unexplained."""
     rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER, trl_reward=0.25)
     unexplained = "the first rollouts differ (step-1 rewards), and no named behaviour explains it"
-    assert rows == [f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | differ: 0.5 / 0.25 | {unexplained} |"]
+    row = f"| verl / trl | proportional | {FURTHER_REL} | 1e-05 | DIFFERENT | differ: 0.5 / 0.25 | {unexplained} |"
+    assert rows == [row]
     assert records[0]["step_one_rewards"] == [0.5, 0.25] and records[0]["causes"] == []
+
+
+def test_adamw_with_eps_1e_8_is_compared_sign_like_by_the_norm(tmp_path, write_spec, spec_dir):
+    # one coordinate of three moves: the norm equals the largest entry here (FURTHER_REL)
+    rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "float32", FURTHER, adam_eps=1e-8)
+    assert rows == [f"| verl / trl | sign-like | {FURTHER_REL} | 1e-05 | DIFFERENT | 0.5 | {ADVANTAGES} |"]
+    assert records[0]["comparison"] == "sign-like"
 
 
 def test_bfloat16_has_no_verdict(tmp_path, write_spec, spec_dir):
     rows, records = first_update_rows(tmp_path, write_spec, spec_dir, "bfloat16", FURTHER)
-    assert rows == [f"| verl / trl | {FURTHER_REL} |  | no verdict (the tolerance holds for float32) | 0.5 |  |"]
+    no_verdict = "no verdict (the tolerance holds for float32)"
+    assert rows == [f"| verl / trl | proportional | {FURTHER_REL} |  | {no_verdict} | 0.5 |  |"]
     assert (records[0]["tolerance"], records[0]["identical"]) == (None, None)
 
 
@@ -139,7 +154,7 @@ def test_a_difference_without_a_named_cause_is_unexplained(tmp_path, write_spec,
     from safetensors.torch import save_file
 
     save_file(THETA0, str(spec_dir / "model" / "model.safetensors"))
-    spec = load_spec(write_spec(dtype="float32", advantage_std_norm=False))
+    spec = load_spec(write_spec(dtype="float32", advantage_std_norm=False, adam_eps=100.0))
     launches = [
         Launch(name, ("python3",), differences=translator.differences(spec))
         for name, translator in (("verl", verl_translator), ("trl", trl_translator))
@@ -148,7 +163,7 @@ def test_a_difference_without_a_named_cause_is_unexplained(tmp_path, write_spec,
     torch.save(FURTHER, tmp_path / "trl.pt")
     runs = [FrameworkRun(name, True, 1.0, [], first_update=str(tmp_path / f"{name}.pt")) for name in ("verl", "trl")]
     write_report(tmp_path, "run.toml", spec, runs, launches)
-    row = f"| verl / trl | {FURTHER_REL} | 1e-05 | DIFFERENT | not logged | "
+    row = f"| verl / trl | proportional | {FURTHER_REL} | 1e-05 | DIFFERENT | not logged | "
     assert row + "none of the named behaviours differs: unexplained |" in (tmp_path / "report.md").read_text()
 
 

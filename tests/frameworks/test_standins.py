@@ -95,3 +95,53 @@ def test_without_a_gpu_or_a_checkout_openrlhf_is_refused(placed, write_spec, mon
     with pytest.raises(standins.StandinsError) as caught:
         placed(write_spec, 0)
     assert str(caught.value).startswith(f"openrlhf: no GPU for {PYTHON}, and the CPU stand-ins")
+
+
+@pytest.fixture
+def skyrl_placed(monkeypatch, tmp_path, write_spec):
+    """``skyrl_placed(gpus)``: the SkyRL launch of a float32 spec, filled with ``tmp_path/run``, as
+    ``local_launch`` places it for an interpreter that sees ``gpus`` GPUs (its Ray folder removed)."""
+    from gmpo_plugins.frameworks.translate import skyrl as skyrl_translator
+
+    made = []
+
+    def place(gpus: int) -> tuple[standins.LocalLaunch, tuple[str, ...]]:
+        monkeypatch.setattr(standins, "gpu_count", lambda python: gpus)
+        spec = load_spec(write_spec(dtype="float32"))
+        launch = skyrl_translator.translate(spec).with_out(str(tmp_path / "run"))
+        local = standins.local_launch(launch, "/venvs/skyrl/bin/python", tmp_path / "run")
+        made.append(local.ray_dir)
+        return local, launch.argv
+
+    yield place
+    for ray_dir in made:
+        if ray_dir is not None:
+            shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def test_without_a_gpu_skyrl_runs_its_trainer_on_the_checkouts_standins(skyrl_placed, tmp_path):
+    local, translated = skyrl_placed(0)
+    run = tmp_path / "run"
+    assert translated[:2] == ("python3", f"{run}/skyrl_main.py")
+    argv = local.launch.argv
+    options = ("--out", str(run), "--save-params", "--reward", f"{run}/skyrl_main.py:_reward")
+    assert argv[:8] == ("python3", "-m", "skyrl_cpu", *options)
+    # SkyRL's own overrides as translated, then the CPU ones (later overrides win)
+    assert argv[8 : 8 + len(translated) - 2] == translated[2:]
+    assert argv[8 + len(translated) - 2 :] == standins.SKYRL_CPU_OVERRIDES
+    assert "trainer.flash_attn=false" in argv and "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp32" in argv
+    assert local.standins.startswith("examples/skyrl_cpu")
+    assert [Path(p).relative_to(standins.EXAMPLES).as_posix() for p in local.pythonpath] == [".", "skyrl_cpu/shims"]
+    assert local.first_update == str(run / "params_step1.pt")
+    assert local.launch.env["RAY_TMPDIR"] == local.ray_dir and Path(local.ray_dir).is_dir()
+
+
+def test_with_a_gpu_skyrl_runs_as_translated(skyrl_placed):
+    local, translated = skyrl_placed(1)
+    assert local.launch.argv == translated and local.standins == "" and local.first_update == ""
+
+
+def test_without_a_gpu_or_a_checkout_skyrl_is_refused(skyrl_placed, monkeypatch, tmp_path):
+    monkeypatch.setattr(standins, "EXAMPLES", tmp_path / "nowhere")
+    with pytest.raises(standins.StandinsError, match=r"^skyrl: no GPU for /venvs/skyrl/bin/python, and the CPU"):
+        skyrl_placed(0)

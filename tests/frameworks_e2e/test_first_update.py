@@ -102,7 +102,7 @@ def test_trls_advantage_epsilon_and_the_mini_batch_order_are_the_named_differenc
     # the same rollout (same rewards)
     assert pair["step_one_rewards"][0] == pytest.approx(pair["step_one_rewards"][1], rel=1e-6)
     assert pair["identical"] is False and pair["causes"] == [TRL_EPSILON, MINI_BATCH_ORDER]
-    assert f"| verl / trl | {pair['rel']:.2e} | 3e-05 | DIFFERENT |" in report
+    assert f"| verl / trl | proportional | {pair['rel']:.2e} | 3e-05 | DIFFERENT |" in report
     assert TRL_EPSILON in report and MINI_BATCH_ORDER in report
 
 

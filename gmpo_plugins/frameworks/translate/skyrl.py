@@ -24,7 +24,8 @@
     advantage_std_norm          trainer.algorithm.grpo_norm_by_std
     kl_coef, kl_estimator       trainer.algorithm.use_kl_loss, kl_loss_coef, kl_estimator_type
     steps, seed                 trainer.max_training_steps (trainer.epochs as many), trainer.seed
-    dtype                       trainer.policy.fsdp_config.mixed_precision.param_dtype (bf16 | fp32)
+    dtype                       trainer.policy.fsdp_config.mixed_precision.param_dtype (bf16 | fp32),
+                                trainer.bf16 (the model's load dtype)
 
 The adapter's own ``hparams_from_config`` reads the algorithm fields back; a hyper-parameter
 it would not reproduce is refused (``dual_clip``: SkyRL applies clip_ratio_c only to its own loss).
@@ -237,6 +238,7 @@ def translate(spec: RunSpec) -> Launch:
         f"{optimizer}.scheduler=constant_with_warmup",
         f"{optimizer}.num_warmup_steps=0",
         f"trainer.policy.fsdp_config.mixed_precision.param_dtype={PARAM_DTYPES[spec.dtype]}",
+        f"trainer.bf16={str(spec.dtype == 'bfloat16').lower()}",
         f"trainer.max_training_steps={spec.steps}",
         f"trainer.epochs={spec.steps}",
         f"trainer.seed={spec.seed}",

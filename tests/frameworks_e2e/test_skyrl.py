@@ -1,0 +1,54 @@
+"""SkyRL in the comparison: the example aligned for SkyRL (``examples/frameworks/tiny_adam.toml``:
+AdamW eps 1e-8, which SkyRL cannot change, one RL step of two optimiser steps on the step's two
+prompts) through SkyRL's RayPPOTrainer and TRL's GRPOTrainer, each in its own virtualenv on the
+CPU stand-ins (``examples/skyrl_cpu``, ``examples/trl_cpu``; both draw the first rollout from
+``examples/seeded_generation.py`` and score it with the example's reward), then the sign-like
+comparison of ``gmpo_plugins.frameworks.first_update`` on the parameters each left.
+
+SkyRL 0.3 imports on Python >= 3.12 only; on 3.11 its processes need ``tests/skyrl/shims`` (a
+``typing.TypedDict`` stand-in) first on PYTHONPATH, set here for the runs this test starts.
+
+Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{SKYRL,TRL}`` naming the virtualenvs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gmpo_plugins.cli import main
+from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
+from tests.example_runs import EXAMPLE, example_in, first_rollout_reward
+
+SHIMS = Path(__file__).resolve().parents[1] / "skyrl" / "shims"
+LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+
+
+def test_skyrl_and_trl_take_the_same_first_rl_step_under_adamw_eps_1e_8_with_the_clip_acting(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SHIMS), os.environ.get("PYTHONPATH")])))
+    example_in(tmp_path)  # the model, the reward
+    for name in ("tiny_adam.toml", "prompts_first_step.jsonl"):
+        shutil.copy(EXAMPLE / name, tmp_path / name)
+    out = tmp_path / "run"
+    status = main(["frameworks", str(tmp_path / "tiny_adam.toml"), "--frameworks", "skyrl,trl", "--out", str(out)])
+    report = (out / "report.md").read_text()
+    assert status == 0, report
+    records = json.loads((out / "records.json").read_text())
+    assert all(run["complete"] and run["standins"] for run in records["runs"].values())
+    (pair,) = records["first_update"]
+    assert pair["frameworks"] == ["skyrl", "trl"] and pair["comparison"] == SIGN_LIKE
+    assert pair["tolerance"] == tolerance("float32", 2, SIGN_LIKE) == pytest.approx(3e-5)
+    assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
+    # the same first rollout: the step's two prompts, the seeded samples, the example's reward
+    assert pair["step_one_rewards"] == pytest.approx([first_rollout_reward(tmp_path)] * 2, rel=1e-6)
+    assert f"| skyrl / trl | sign-like | {pair['rel']:.2e} | 3e-05 | identical |" in report
+    # the clip acted in the second optimiser step, the same way in both trainers' own logs
+    skyrl, trl = ([r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in ("skyrl", "trl"))
+    assert skyrl["clip_frac_low"] > 0 and skyrl["clip_frac_high"] > 0
+    assert skyrl["log_ratio_min"] < -0.4 or skyrl["log_ratio_max"] > 0.4  # beyond the clip bound
+    for name in LOSS_METRICS:
+        assert trl[name] == pytest.approx(skyrl[name], rel=1e-4, abs=1e-6), name
