@@ -22,7 +22,10 @@ declares (``spec.defaults``):
                           default --actor.eps_clip is 0.2), ratio space for "ratio"
                           (grpo/dapo/gspo: [1 - eps_low, 1 + eps_high], as OpenRLHF's ppo)
     dual_clip          <- dual_clip (losses without it refuse a value)
-    reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean
+    reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean;
+                          the other reductions (token-sum, seq-mean-token-sum, and the
+                          defining reductions of dr_grpo and luspo) through the override, with
+                          --actor.loss_agg_mode left at token-mean
     kl_beta            stays 0 unless set by GMPO_PLUGINS_LOSS_HPARAMS: OpenRLHF adds its
                        own KL loss (--algo.kl.use_loss)
 
@@ -50,13 +53,14 @@ the micro-batches is the whole-step mean (the core's rule, and OpenRLHF's own).
 
 from __future__ import annotations
 
+import json
 import logging
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gmpo_plugins.adapters.hparam_sources import Field, Resolution, announce, resolve
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, Field, Resolution, announce, overrides_from_env, resolve
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
@@ -141,14 +145,18 @@ def registry_spec(policy_loss_type: Any) -> LossSpec | None:
 def _check_reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> None:
     """Refuse (or warn once for) an ``--actor.loss_agg_mode`` the loss cannot express."""
     if "reduction" in spec.defaults:
-        default = spec.defaults["reduction"]
-        if default not in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN):
+        flag = TOKEN_MEAN if token_level_loss else SEQ_MEAN_TOKEN_MEAN
+        try:
+            override = overrides_from_env()
+        except ValueError as exc:
+            raise OpenRLHFConfigError(str(exc)) from None
+        if flag not in spec.reductions and "reduction" not in override:
+            wanted = json.dumps({"reduction": spec.reductions[0]})
             raise OpenRLHFConfigError(
-                f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type} is defined by its reduction "
-                f"{default!r}, which --actor.loss_agg_mode cannot express (OpenRLHF's PolicyLoss is not "
-                "given the constant length it divides by); use gmpo_plugins.grpo with "
-                "--actor.loss_agg_mode seq-mean-token-mean or token-mean, or OpenRLHF's "
-                "--algo.advantage.estimator dr_grpo"
+                f"gmpo_plugins: --actor.loss_agg_mode {flag} cannot be expressed by "
+                f"--actor.policy_loss_type={policy_loss_type}, whose reductions are {list(spec.reductions)} "
+                f"(--actor.loss_agg_mode has {TOKEN_MEAN} and {SEQ_MEAN_TOKEN_MEAN} only); leave "
+                f"--actor.loss_agg_mode at {TOKEN_MEAN} and set {OVERRIDE_ENV}='{wanted}'"
             )
         return
     if spec.sequence_level:
