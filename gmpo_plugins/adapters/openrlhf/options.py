@@ -60,7 +60,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, Field, Resolution, announce, overrides_from_env, resolve
+from gmpo_plugins.adapters.hparam_sources import (
+    OVERRIDE_ENV,
+    Field,
+    Resolution,
+    announce,
+    overrides_from_env,
+    resolve,
+    two_sided,
+)
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
@@ -77,7 +85,8 @@ OPENRLHF_FIELDS = (  # train_ppo_ray flag (as PolicyLoss receives it) -> registr
         "--actor.eps_clip_low_high (LOW)",
         0.2,
         lambda kw: kw["clip_eps_low"],
-        when="always (unset: --actor.eps_clip)",
+        when="always (unset: --actor.eps_clip); not for a one-sided ratio cap (cispo)",
+        applies=two_sided,
     ),
     Field(
         "eps_high",

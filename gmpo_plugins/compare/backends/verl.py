@@ -22,17 +22,15 @@ keep their registry defaults; other values raise ``BackendError``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.adapters.verl.options import ACTOR, FIELDS, VERL_FIELDS
-from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall, refuse_uncarried, strip_prefix
+from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall, environ, refuse_uncarried, strip_prefix
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 
@@ -110,7 +108,7 @@ class VerlBackend:
             loss_scale_factor=config.loss_scale_factor,
         )
         mask = call.mask.bool()
-        with _environ(OVERRIDE_ENV, json.dumps(override) if override else None):
+        with environ(OVERRIDE_ENV, json.dumps(override) if override else None):
             loss, metrics = get_policy_loss_fn(loss_mode)(
                 old_log_prob=call.old_log_probs,
                 log_prob=call.log_probs,
@@ -123,23 +121,6 @@ class VerlBackend:
         core = strip_prefix(metrics, METRIC_PREFIX)
         core["policy_loss"] = loss.detach()
         return loss, core
-
-
-@contextlib.contextmanager
-def _environ(name: str, value: str | None) -> Iterator[None]:
-    """``os.environ[name] = value`` for the block (unchanged when value is None)."""
-    if value is None:
-        yield
-        return
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
 
 
 def _as_int(value: Any) -> Any:
