@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins import BatchInfo, LossInputs, list_losses
+from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from gmpo_plugins.adapters.hparam_sources import Field
 from gmpo_plugins.compare.backends.base import PolicyLossCall
 from gmpo_plugins.compare.parity.harness import parity_cases
@@ -49,12 +49,12 @@ COMPANIONS: dict[str, dict[str, Any]] = {  # set with the row so that it acts (i
 
 def new_rows(fields: Sequence[Field]) -> list[tuple[Field, str]]:
     """(row, the first registry loss it feeds) for each row added for the newer losses (a new
-    hyper-parameter, or a row for some losses only, e.g. a one-sided cap) that is the first row
+    hyper-parameter, or a row for some newer losses only, e.g. a one-sided cap) that is the first row
     of its hyper-parameter for that loss (fallback rows such as verl's ``clip_ratio`` are not
     what a config sets)."""
     rows = []
     for row in fields:
-        if row.hparam in FIRST_ROWS and row.applies is None:
+        if row.hparam in FIRST_ROWS and (row.applies is None or row.feeds(get_loss("grpo"))):
             continue
         spec = next((spec for spec in list_losses() if row.feeds(spec)), None)
         if spec is not None and next(r for r in fields if r.hparam == row.hparam and r.feeds(spec)) is row:
@@ -67,8 +67,6 @@ def row_id(item: tuple[Field, str]) -> str:
 
 
 def _core(loss_name: str, case: Any, hparams: dict[str, Any]) -> tuple[float, torch.Tensor]:
-    from gmpo_plugins import get_loss
-
     log_probs = case.log_probs.clone().requires_grad_(True)
     rows = case.mask.shape[0]
     inputs = LossInputs(log_probs, case.old_log_probs, case.advantages, case.mask)
@@ -98,8 +96,6 @@ def _through(backend: Any, loss_name: str, case: Any, hparams: dict[str, Any]) -
 def check_row_reaches_the_loss(backend: Any, row: Field, loss_name: str) -> None:
     """The framework at ``VALUES[row.hparam]`` equals the core there, and the core there differs
     from the core at the loss's default on at least one parity case (module docstring)."""
-    from gmpo_plugins import get_loss
-
     spec = get_loss(loss_name)
     value = VALUES[row.hparam]
     assert value != row.default and value != spec.defaults[row.hparam]
