@@ -54,8 +54,10 @@ def new_rows(fields: Sequence[Field]) -> list[tuple[Field, str]]:
     what a config sets)."""
     rows = []
     for row in fields:
-        if row.hparam in FIRST_ROWS and (row.applies is None or row.feeds(get_loss("grpo"))):
-            continue
+        if row.hparam == "reduction" or (
+            row.hparam in FIRST_ROWS and (row.applies is None or row.feeds(get_loss("grpo")))
+        ):
+            continue  # a reduction row is checked by the session's loss-equality test per reduction
         spec = next((spec for spec in list_losses() if row.feeds(spec)), None)
         if spec is not None and next(r for r in fields if r.hparam == row.hparam and r.feeds(spec)) is row:
             rows.append((row, spec.name))
