@@ -240,8 +240,6 @@ def test_sequence_level_loss_refuses_per_token_advantages(loss_module):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(policy_loss_type="gmpo", is_correction_level="token"), r"--algo\.advantage\.is_correction_level=token"),
-        (dict(policy_loss_type="grpo", is_correction_level="seq"), r"is_correction_level=seq is not supported"),
         (dict(policy_loss_type="gmpo", dual_clip=3.0), r"--actor\.dual_clip=3\.0 is not meaningful for"),
         (
             dict(policy_loss_type="dr_grpo"),

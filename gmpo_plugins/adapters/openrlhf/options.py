@@ -7,7 +7,8 @@ No OpenRLHF import. OpenRLHF 0.11.2 builds, in ``ActorPPOTrainer.__init__``,
                dual_clip                        <- --actor.dual_clip
                token_level_loss                 <- --actor.loss_agg_mode == "token-mean"
                policy_loss_type                 <- --actor.policy_loss_type
-               is_correction_level, _mode, _gating, _threshold  <- --algo.advantage.is_correction_*)
+               is_correction_level, _mode, _gating, _threshold  <- --algo.advantage.is_correction_*
+                                                   (``is_correction``: rollout IS weights))
 
 Names (``policy_loss_type``): OpenRLHF's own ``ppo`` and ``gspo`` keep OpenRLHF's code.
 Every registry loss ``<name>`` is reachable as ``gmpo_plugins.<name>``, and as ``<name>``
@@ -37,9 +38,10 @@ sequence-level losses (gmpo family, gspo) are per-sequence means whatever it say
 (OpenRLHF's default --actor.loss_agg_mode token-mean) is accepted with a one-time warning,
 False (seq-mean-token-mean) silently. Token-level losses accept only True.
 
-Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag):
-IS correction (``is_correction_level != "off"``: OpenRLHF implements it inside its ppo
-branch, with a per-token gate that has no faithful sequence-level counterpart), a
+IS correction (``--algo.advantage.is_correction_*``): every level, mode and gating becomes
+the loss's ``rollout_is_weights`` (``is_correction``; a dropped token a zero weight).
+
+Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag): a
 ``dual_clip`` for a loss without one, a loss whose defining reduction is not one of
 OpenRLHF's two (``dr_grpo``'s seq-mean-token-sum-norm needs a constant length that
 PolicyLoss is not given), invalid eps values.
@@ -70,6 +72,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     two_sided,
 )
 from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
@@ -113,11 +116,13 @@ class OpenRLHFConfigError(ValueError):
 
 @dataclass(frozen=True)
 class LossPlan:
-    """What a patched ``PolicyLoss`` computes: ``spec(inputs, batch, **hparams)``."""
+    """What a patched ``PolicyLoss`` computes: ``spec(inputs, batch, **hparams)``, with
+    OpenRLHF's IS correction as rollout IS weights when ``is_correction`` is set."""
 
     policy_loss_type: str
     spec: LossSpec
     hparams: Mapping[str, Any]
+    is_correction: ISCorrection | None = None
 
 
 def policy_loss_choices() -> list[str]:
@@ -195,7 +200,6 @@ def loss_resolution(
     clip_eps_high: Any,
     dual_clip: Any,
     token_level_loss: Any,
-    is_correction_level: Any,
 ) -> Resolution | None:
     """Every hyper-parameter of the registry loss for PolicyLoss's constructor arguments, with
     its source (module docstring), or None for OpenRLHF's own ppo/gspo. Raises
@@ -203,13 +207,6 @@ def loss_resolution(
     spec = registry_spec(policy_loss_type)
     if spec is None:
         return None
-    if is_correction_level != "off":
-        raise OpenRLHFConfigError(
-            f"gmpo_plugins: --algo.advantage.is_correction_level={is_correction_level} is not supported with "
-            f"--actor.policy_loss_type={policy_loss_type}: OpenRLHF applies its train/rollout IS correction "
-            "inside its own ppo loss (a per-token gate with no faithful counterpart for this loss); use "
-            "--algo.advantage.is_correction_level off, or --actor.policy_loss_type ppo"
-        )
     if "dual_clip" not in spec.defaults and dual_clip is not None:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "
@@ -239,7 +236,7 @@ def plan_loss(
     clip_eps_high: Any,
     dual_clip: Any,
     token_level_loss: Any,
-    is_correction_level: Any,
+    is_correction: ISCorrection | None = None,
 ) -> LossPlan | None:
     """The registry loss and hyper-parameters for PolicyLoss's constructor arguments
     (``loss_resolution``, announced once per process: ``hparam_sources.announce``), or None
@@ -250,12 +247,11 @@ def plan_loss(
         clip_eps_high=clip_eps_high,
         dual_clip=dual_clip,
         token_level_loss=token_level_loss,
-        is_correction_level=is_correction_level,
     )
     if resolution is None:
         return None
     announce(resolution)
-    return LossPlan(policy_loss_type, resolution.spec, resolution.params())
+    return LossPlan(policy_loss_type, resolution.spec, resolution.params(), is_correction)
 
 
 def batch_info(dp_size: Any, batch_num_tokens: Any, global_batch_size: Any) -> BatchInfo:
