@@ -105,6 +105,9 @@ def _cispo_low(config: Any) -> Any:
     return ABSENT if value == 0.0 else value
 
 
+_NOT_CAP = "always; not for a one-sided ratio cap (cispo)"
+
+
 def _algorithm(field: str, default: Any, hparam: str, when: str = "") -> Field:
     return Field(hparam, f"{ALGORITHM}.{field}", default, attribute(field), when=when)
 
@@ -126,8 +129,12 @@ SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0
         when="for a one-sided ratio cap (cispo)",
         applies=ratio_cap,
     ),
-    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), applies=two_sided),
-    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), applies=two_sided),
+    Field(
+        "eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided
+    ),
+    Field(
+        "eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided
+    ),
     _algorithm("sapo.tau_pos", 1.0, "tau_pos"),
     _algorithm("sapo.tau_neg", 1.05, "tau_neg"),
     _algorithm("dppo.delta_low", 0.2, "delta_low"),
