@@ -72,7 +72,9 @@ def _core(loss_name: str, case: Any, hparams: dict[str, Any]) -> tuple[float, to
     log_probs = case.log_probs.clone().requires_grad_(True)
     rows = case.mask.shape[0]
     inputs = LossInputs(log_probs, case.old_log_probs, case.advantages, case.mask)
-    out = get_loss(loss_name)(inputs, BatchInfo(global_batch_size=rows, global_num_tokens=int(case.mask.sum())), **hparams)
+    out = get_loss(loss_name)(
+        inputs, BatchInfo(global_batch_size=rows, global_num_tokens=int(case.mask.sum())), **hparams
+    )
     out.loss.backward()
     return float(out.loss.detach()), log_probs.grad.double()
 

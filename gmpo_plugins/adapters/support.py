@@ -19,8 +19,8 @@ ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the t
 from __future__ import annotations
 
 from gmpo_plugins.adapters.names import PREFIX
-from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.losses import BUILTIN_LOSSES
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 
 FRAMEWORKS = ("verl", "trl", "openrlhf", "skyrl")
@@ -44,7 +44,7 @@ def cell(spec: LossSpec, framework: str) -> str:
     if framework == "verl":
         return f"{own}`loss_mode={name}`"
     if framework == "trl":  # the trainer's own argument: no name to share
-        return f"{own}`loss=\"{spec.name}\"`"
+        return f'{own}`loss="{spec.name}"`'
     if framework == "openrlhf":
         reductions = spec.reductions if "reduction" in spec.defaults else ()
         override = reductions and not {TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN} & set(reductions)

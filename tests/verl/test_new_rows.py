@@ -39,6 +39,8 @@ def test_the_provenance_line_names_the_field(item):
     row, loss = item
     spec = get_loss(loss)
     mode = f"gmpo_plugins.{loss}"
-    config = VerlBackend()._config(mode, verl_fields(loss, spec.resolve({**COMPANIONS.get(row.hparam, {}), row.hparam: VALUES[row.hparam]})))
+    config = VerlBackend()._config(
+        mode, verl_fields(loss, spec.resolve({**COMPANIONS.get(row.hparam, {}), row.hparam: VALUES[row.hparam]}))
+    )
     line = resolution_from_config(spec, config, config.loss_agg_mode, mode).line()
     assert f"{row.hparam}={VALUES[row.hparam]!r} (framework field {row.name})" in line, line

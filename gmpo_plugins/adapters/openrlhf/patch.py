@@ -26,9 +26,11 @@ Every metric of ``out`` also goes to the side file of ``metrics_file`` when it i
 
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
 the last two are None without IS correction, and OpenRLHF's values with it (the correction
-becomes the loss's ``rollout_is_weights``: ``is_correction``). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
-old - new log-prob over valid tokens) mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean;
-a plugin loss without them reports 0. ``rollout_log_probs`` feeds the IS correction only. The loss math is the registry's; this module only translates.
+becomes the loss's ``rollout_is_weights``: ``is_correction``). ``clip_frac`` (valid tokens
+whose clipped value was chosen) and ``ppo_kl`` (mean of old - new log-prob over valid tokens)
+mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean; a plugin loss without them reports 0.
+``rollout_log_probs`` feeds the IS correction only. The loss math is the registry's; this
+module only translates.
 """
 
 from __future__ import annotations
@@ -139,7 +141,11 @@ def registry_forward(
         weights, vllm_kl, filter_ratio = rollout_is_weights(plan.is_correction, old_log_probs, rollout_log_probs, mask)
     out = plan.spec(
         LossInputs(
-            log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask, rollout_is_weights=weights
+            log_probs=log_probs,
+            old_log_probs=old_log_probs,
+            advantages=advantages,
+            mask=mask,
+            rollout_is_weights=weights,
         ),
         batch_info(dp_size, batch_num_tokens, global_batch_size),
         validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),

@@ -52,8 +52,9 @@ which summed over micro-batches and ranks (``dp_size`` applied by SkyRL) is the 
 whole-mini-batch loss and gradient. A loss that is not (dro's beta penalty, kl_cov's KL
 term, clip_cov's absolute covariance thresholds) is refused, naming why: its value at the
 scaled advantages is another objective. With ``sequence_mean`` a loss that sums each
-sequence's tokens (luspo's seq-mean-token-sum) gets the same advantages A / N. N counts every row of the mini-batch, as SkyRL does
-(the ``global_batch_size`` a framework passes to the core).
+sequence's tokens (luspo's seq-mean-token-sum) gets the same advantages A / N. N counts
+every row of the mini-batch, as SkyRL does (the ``global_batch_size`` a framework passes to
+the core).
 """
 
 from __future__ import annotations
@@ -129,12 +130,8 @@ SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0
         when="for a one-sided ratio cap (cispo)",
         applies=ratio_cap,
     ),
-    Field(
-        "eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided
-    ),
-    Field(
-        "eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided
-    ),
+    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided),
+    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided),
     _algorithm("sapo.tau_pos", 1.0, "tau_pos"),
     _algorithm("sapo.tau_neg", 1.05, "tau_neg"),
     _algorithm("dppo.delta_low", 0.2, "delta_low"),

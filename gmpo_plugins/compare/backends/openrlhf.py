@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.compare.backends.base import (
     BackendError,
     Metric,
@@ -45,7 +46,6 @@ from gmpo_plugins.compare.backends.base import (
     adapter_and_own_targets,
     environ,
 )
-from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 

@@ -141,6 +141,7 @@ class SkyRLBackend:
             PolicyLossRegistry,
             apply_loss_reduction_to_advantages_minibatch,
         )
+
         from gmpo_plugins.adapters.skyrl import PREFIX
 
         call.require_no_rollout_is_weights(self.name)

@@ -37,7 +37,7 @@ from tests.openrlhf.e2e.invariance import (
     relative_difference,
     update,
 )
-from tests.openrlhf.e2e.runner import initial_weights
+from tests.openrlhf.e2e.runner import CHECKOUT, initial_weights
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1800)]
 TOLERANCE = 1e-4
@@ -124,6 +124,7 @@ def test_sapo_splits_give_the_same_update(fixtures, tmp_path_factory):
     assert split.completions() == reference.completions()
     assert calls_per_rank(split) == {0: [1] * 4}, split.loss_calls()
     assert {call["policy_loss_type"] for call in split.loss_calls()} == {"sapo"}
+    assert {call["gmpo_plugins"] for call in split.loss_calls()} == {str(CHECKOUT / "gmpo_plugins" / "__init__.py")}
     difference = relative_difference(update(split, before), update(reference, before))
     print(f"sapo token-mean: 1 rank x 4 micro-batches: {difference:.1e}")
     assert 0 < sum(float(t.abs().sum()) for t in update(reference, before).values())
