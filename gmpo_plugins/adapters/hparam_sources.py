@@ -85,6 +85,8 @@ class Field:
                  ``sequence_mean`` -> ``seq-mean-token-mean``)
     overridable  False when the framework uses the setting beyond the loss
     when         when the row applies, for the docs (e.g. "clip_ratio_low is null")
+    applies      spec -> whether the row feeds that loss at all (default: every loss that
+                 declares ``hparam``); it reads what the spec declares, never its name
     """
 
     hparam: str
@@ -94,13 +96,34 @@ class Field:
     convert: Callable[[Any], Any] = _identity
     overridable: bool = True
     when: str = ""
+    applies: Callable[[LossSpec], bool] | None = None
+
+    def feeds(self, spec: LossSpec) -> bool:
+        """Whether this row feeds ``spec``: it declares ``hparam`` and ``applies`` allows it."""
+        return self.hparam in spec.defaults and (self.applies is None or self.applies(spec))
+
+
+def ratio_cap(spec: LossSpec) -> bool:
+    """Whether ``spec``'s ratio clip is a one-sided cap: clip in ratio space with no lower clip
+    by default (``eps_low`` None, e.g. cispo), so a framework's cap ``C`` is ``eps_high = C - 1``."""
+    return spec.clip_space == "ratio" and "eps_low" in spec.defaults and spec.defaults["eps_low"] is None
+
+
+def two_sided(spec: LossSpec) -> bool:
+    """The complement of ``ratio_cap``: a loss whose clip bounds both sides by default."""
+    return not ratio_cap(spec)
 
 
 def attribute(attr: str, *, none_absent: bool = False) -> Callable[[Any], Any]:
-    """A ``Field.read`` returning ``config.<attr>`` (``ABSENT`` when missing, or None with ``none_absent``)."""
+    """A ``Field.read`` returning ``config.<attr>`` (``ABSENT`` when missing, or None with
+    ``none_absent``); a dotted ``attr`` (``sapo.tau_pos``) follows nested configs."""
 
     def read(config: Any) -> Any:
-        value = getattr(config, attr, ABSENT)
+        value = config
+        for part in attr.split("."):
+            value = getattr(value, part, ABSENT)
+            if value is ABSENT:
+                return ABSENT
         return ABSENT if none_absent and value is None else value
 
     return read
@@ -238,7 +261,7 @@ def resolve(
 
     decided: dict[str, Resolved] = {}
     for row in fields:
-        if row.hparam not in spec.defaults or row.hparam in decided:
+        if not row.feeds(spec) or row.hparam in decided:
             continue
         raw = row.read(config)
         if raw is ABSENT:
@@ -259,7 +282,7 @@ def resolve(
             decided[row.hparam] = Resolved(row.hparam, value, f"override {channel}", row)
             continue
         kind = "framework default" if at_default else "framework field"
-        first = next(other.name for other in fields if other.hparam == row.hparam)
+        first = next(other.name for other in fields if other.hparam == row.hparam and other.feeds(spec))
         decided[row.hparam] = Resolved(row.hparam, row.convert(raw), f"{kind} {row.name}", row, first)
 
     from_fields = {hparam: item.value for hparam, item in decided.items() if item.source.startswith("framework")}
@@ -281,7 +304,10 @@ def resolve(
     resolution = Resolution(framework, selector, spec, tuple(items))
     params = {**spec.defaults, **resolution.params()}
     try:
-        check_hparams(spec.name, params, reductions=spec.reductions, ratio_space=spec.clip_space == "ratio")
+        optional = tuple(name for name, value in spec.defaults.items() if value is None)
+        check_hparams(
+            spec.name, params, reductions=spec.reductions, ratio_space=spec.clip_space == "ratio", optional=optional
+        )
     except ValueError as exc:
         raise error(f"gmpo_plugins: {framework} {selector}: {exc}") from exc
     return resolution

@@ -17,22 +17,6 @@ from __future__ import annotations
 PACKAGE = "gmpo-plugins"
 PREFIX = "gmpo_plugins."
 BUILTIN_LOSS_NAMES = (
-    "gmpo",
-    "gmpo_noclip",
-    "gmpo_seqclip",
-    "gmpo_nonorm",
-    "grpo",
-    "dapo",
-    "dr_grpo",
-    "gspo",
-    "cispo",
-    "sapo",
-    "gpg",
-    "dro",
-    "dppo_tv",
-    "dppo_kl",
-    "clip_cov",
-    "kl_cov",
-    "luspo",
-    "vespo",
+    *("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"),
+    *("cispo", "sapo", "gpg", "dro", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov", "luspo", "vespo"),
 )

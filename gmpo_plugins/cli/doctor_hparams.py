@@ -77,7 +77,6 @@ def _openrlhf(settings: Sequence[str]) -> tuple[str, Resolution | None]:
         clip_eps_high=high,
         dual_clip=args["actor.dual_clip"],
         token_level_loss=args["actor.loss_agg_mode"] == "token-mean",
-        is_correction_level=args["algo.advantage.is_correction_level"],
     )
     return f"--actor.policy_loss_type={loss_type}", resolution
 

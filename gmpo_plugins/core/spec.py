@@ -97,6 +97,13 @@ class LossSpec:
                     global counts in ``BatchInfo``, gives the whole batch's gradient; False
                     for a loss whose value depends on the batch it is given (clip_cov and
                     kl_cov select tokens by a covariance over the micro-batch)
+    linear_in_advantages
+                    True when the loss is positively homogeneous of degree 1 in the
+                    advantages (l(c A) = c l(A) for c > 0: its clip and gate decisions read
+                    only their signs), so a framework may fold the batch normalisation into
+                    pre-scaled advantages (SkyRL); False for a term that is not scaled with
+                    them (dro's beta penalty, kl_cov's KL term, clip_cov's absolute
+                    covariance thresholds)
     formula         the loss in one line, for ``gmpo-plugins list --markdown``
     native          the frameworks that ship the loss themselves, as ``framework:name``
     provider        distribution that registered it (filled in by the registry)
@@ -111,6 +118,7 @@ class LossSpec:
     reductions: tuple[str, ...] = ()
     impls: tuple[Impl, ...] = ()
     split_invariant: bool = True
+    linear_in_advantages: bool = True
     formula: str = ""
     native: tuple[str, ...] = ()
     provider: str = ""

@@ -206,14 +206,14 @@ OPENRLHF_DEFAULTS = {"clip_eps_low": 0.2, "clip_eps_high": 0.2, "dual_clip": Non
 
 
 def test_openrlhf_flags_and_the_override(monkeypatch):
-    resolution = loss_resolution("gmpo_plugins.grpo", **OPENRLHF_DEFAULTS, is_correction_level="off")
+    resolution = loss_resolution("gmpo_plugins.grpo", **OPENRLHF_DEFAULTS)
     assert sources(resolution)["reduction"] == ("token-mean", "framework default --actor.loss_agg_mode")
     assert sources(resolution)["eps_high"] == (0.2, "framework default --actor.eps_clip_low_high (HIGH)")
     monkeypatch.setenv(OVERRIDE_ENV, '{"eps_low": 0.4, "eps_high": 0.4, "kl_beta": 0.05}')
-    plan = plan_loss("gmpo", **OPENRLHF_DEFAULTS, is_correction_level="off")
+    plan = plan_loss("gmpo", **OPENRLHF_DEFAULTS)
     assert dict(plan.hparams) == {"eps_low": 0.4, "eps_high": 0.4, "kl_beta": 0.05}
     with pytest.raises(OpenRLHFConfigError, match=r"eps_low is set both by GMPO_PLUGINS_LOSS_HPARAMS \(0.4\) and by "):
-        plan_loss("gmpo", **{**OPENRLHF_DEFAULTS, "clip_eps_low": 0.3}, is_correction_level="off")
+        plan_loss("gmpo", **{**OPENRLHF_DEFAULTS, "clip_eps_low": 0.3})
 
 
 def skyrl_config(**fields):
@@ -246,7 +246,7 @@ def test_a_fresh_process_prints_the_line_and_the_warning_on_stderr():
     code = (
         "from gmpo_plugins.adapters.openrlhf.options import plan_loss\n"
         "plan_loss('gmpo_plugins.gspo', clip_eps_low=0.2, clip_eps_high=0.2, dual_clip=None,\n"
-        "          token_level_loss=False, is_correction_level='off')\n"
+        "          token_level_loss=False)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop(OVERRIDE_ENV, None)

@@ -62,8 +62,8 @@ def test_unknown_name_is_rejected_listing_the_valid_ones(loss_module, capsys):
     ("argv", "message"),
     [
         (
-            ["--actor.policy_loss_type", "gmpo", *GROUP, "--algo.advantage.is_correction_level", "token"],
-            "--algo.advantage.is_correction_level=token is not supported",
+            ["--actor.policy_loss_type", "dr_grpo", *GROUP],
+            "--actor.loss_agg_mode token-mean cannot be expressed by --actor.policy_loss_type=dr_grpo",
         ),
         (
             ["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss"],

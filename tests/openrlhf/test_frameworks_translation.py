@@ -56,7 +56,6 @@ def test_the_arguments_parse_with_gmpo_openrlhfs_parser(tmp_path, values):
         clip_eps_high=high,
         dual_clip=args["actor.dual_clip"],
         token_level_loss=args["actor.loss_agg_mode"] == "token-mean",
-        is_correction_level=args["algo.advantage.is_correction_level"],
     )
     wanted = spec.resolved_hparams()
     assert dict(plan.hparams) == {key: wanted[key] for key in plan.hparams}

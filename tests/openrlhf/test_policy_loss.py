@@ -240,10 +240,12 @@ def test_sequence_level_loss_refuses_per_token_advantages(loss_module):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(policy_loss_type="gmpo", is_correction_level="token"), r"--algo\.advantage\.is_correction_level=token"),
-        (dict(policy_loss_type="grpo", is_correction_level="seq"), r"is_correction_level=seq is not supported"),
         (dict(policy_loss_type="gmpo", dual_clip=3.0), r"--actor\.dual_clip=3\.0 is not meaningful for"),
-        (dict(policy_loss_type="dr_grpo"), r"defined by its reduction 'seq-mean-token-sum-norm'"),
+        (
+            dict(policy_loss_type="dr_grpo"),
+            r"--actor\.loss_agg_mode token-mean cannot be expressed by --actor\.policy_loss_type=dr_grpo.*"
+            r"GMPO_PLUGINS_LOSS_HPARAMS='\{\"reduction\": \"seq-mean-token-sum-norm\"\}'",
+        ),
         (dict(policy_loss_type="grpo", clip_eps_low=1.5), r"--actor\.eps_clip_low_high \(LOW\)=1\.5 is not valid"),
         (dict(policy_loss_type="gmpo", clip_eps_high=-0.4), r"LOG-space bound"),
         (dict(policy_loss_type="gmpo_plugins.nope"), r"'gmpo_plugins\.nope' is unknown; valid: ppo, gspo, .*gmpo"),

@@ -104,10 +104,20 @@ def core_hparams(loss_name: str, config) -> dict[str, Any]:
     """What the config means in core terms, written out independently of the adapter."""
     spec = get_loss(loss_name)
     params: dict[str, Any] = {}
-    if "eps_low" in spec.defaults:
+    if "eps_low" in spec.defaults and spec.defaults["eps_low"] is None:  # cispo: SkyRL's own offsets
+        params["eps_high"] = config.cispo.cispo_eps_clip_high
+        if config.cispo.cispo_eps_clip_low != 0.0:
+            params["eps_low"] = config.cispo.cispo_eps_clip_low
+    elif "eps_low" in spec.defaults:
         params.update(eps_low=config.eps_clip_low, eps_high=config.eps_clip_high)
+    if "tau_pos" in spec.defaults:
+        params.update(tau_pos=config.sapo.tau_pos, tau_neg=config.sapo.tau_neg)
+    if "delta_low" in spec.defaults:
+        params.update(delta_low=config.dppo.delta_low, delta_high=config.dppo.delta_high)
     if "reduction" in spec.defaults:
         params["reduction"] = CORE_REDUCTION[config.loss_reduction]
+        if spec.reductions == ("seq-mean-token-sum",):  # luspo: sequence_mean, token sums per sequence
+            params["reduction"] = "seq-mean-token-sum"
         if config.loss_reduction == "seq_mean_token_sum_norm":
             params["norm_length"] = config.max_seq_len
     return params

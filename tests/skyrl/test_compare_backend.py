@@ -20,13 +20,20 @@ def test_parity_discovers_the_skyrl_adapter_and_references():
     assert isinstance(load_backend("skyrl"), SkyRLBackend)
 
 
-@pytest.mark.parametrize("loss_name", [spec.name for spec in list_losses()])
+@pytest.mark.parametrize("loss_name", [spec.name for spec in list_losses() if spec.linear_in_advantages])
 def test_skyrl_backend_matches_the_core_on_parity_cases(loss_name):
     backend = SkyRLBackend()
     assert backend.supports(loss_name)
     row = compare_target(ParityTarget("skyrl adapter", "adapter", backend), loss_name, parity_cases())
     assert row.ok, row.failures
     assert row.metric_key  # metrics were compared
+
+
+def test_losses_not_linear_in_the_advantages_are_not_offered():
+    backend = SkyRLBackend()
+    assert [spec.name for spec in list_losses() if not backend.supports(spec.name)] == [
+        spec.name for spec in list_losses() if not spec.linear_in_advantages
+    ]
 
 
 def test_skyrl_regular_equals_grpo_except_in_bfloat16():

@@ -42,7 +42,10 @@ def config(*overrides: str) -> SkyRLTrainConfig:
 def test_field_table_defaults_are_skyrls():
     defaults = AlgorithmConfig()
     for row in SKYRL_FIELDS:
-        assert getattr(defaults, row.name.removeprefix(f"{ALGORITHM}.")) == row.default, row.name
+        value = defaults
+        for part in row.name.removeprefix(f"{ALGORITHM}.").split("."):  # nested: sapo.tau_pos
+            value = getattr(value, part)
+        assert value == row.default, row.name
 
 
 def test_gmpo_with_skyrls_defaults_logs_its_sources_and_warns(registered, caplog):

@@ -66,8 +66,9 @@ def test_epsilon_high_refused_for_a_loss_without_clip(tmp_path):
     ],
 )
 def test_translated_hyper_parameters_come_from_grpo_config(tmp_path, key, field):
+    loss = "dr_grpo" if key == "norm_length" else "gmpo"  # a loss that declares the hyper-parameter
     with pytest.raises(UnsupportedTRLOptionError, match=rf"loss_hparams\['{key}'\]: set GRPOConfig.{field} instead"):
-        _build(tmp_path, loss_hparams={key: 0.1})
+        _build(tmp_path, loss=loss, loss_hparams={key: 0.1})
 
 
 def test_unknown_loss_lists_the_valid_names(tmp_path):

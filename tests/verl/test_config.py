@@ -92,7 +92,11 @@ def test_nonpositive_clip_ratio_low_for_gmpo_is_a_clear_error(model, actor_confi
     [
         ("gmpo", {"loss_agg_mode": "token-sum"}, "loss_agg_mode=seq-mean-token-mean"),
         ("gmpo_plugins.gspo", {"loss_agg_mode": "seq-mean-token-sum"}, "loss_agg_mode=seq-mean-token-mean"),
-        ("grpo", {"loss_agg_mode": "token-sum"}, "['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm']"),
+        (
+            "gmpo_plugins.gpg",  # bare gpg is verl's own
+            {"loss_agg_mode": "seq-mean-token-sum-norm"},
+            "['token-mean', 'seq-mean-token-mean', 'token-sum', 'seq-mean-token-sum']",
+        ),
         ("grpo", {"clip_ratio_low": 1.0}, "actor_rollout_ref.actor.clip_ratio_low=1.0"),
         ("grpo", {"clip_ratio_c": 1.0}, "actor_rollout_ref.actor.clip_ratio_c=1.0"),
         ("dr_grpo", {"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 0}, "loss_scale_factor=0"),

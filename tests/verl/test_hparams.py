@@ -54,8 +54,10 @@ def _loss(model, config, micro_batch) -> float:
 def test_field_table_defaults_are_verls(actor_config):
     config = actor_config("vanilla")  # verl's own defaults, composed from ppo_trainer.yaml
     for row in options.VERL_FIELDS:
-        field = row.name.removeprefix(f"{options.ACTOR}.")
-        assert getattr(config, field) == row.default, row.name
+        value = config
+        for part in row.name.removeprefix(f"{options.ACTOR}.").split("."):  # nested: policy_loss.dro_beta
+            value = getattr(value, part)
+        assert value == row.default, row.name
 
 
 def test_gmpo_with_verls_defaults_logs_its_sources_and_warns(model, actor_config, micro_batch, caplog):

@@ -37,8 +37,9 @@ imported (a post-import hook), so a process that never imports it is untouched:
     temp_dir); the dashboard is off.
 ``gmpo_plugins.adapters.openrlhf.patch`` (only with ``OPENRLHF_E2E_RECORD_DIR`` set)
     A marker: every call of the registry loss appends one JSON line to ``loss_calls.jsonl`` there (Ray
-    actor class, process id, torch.distributed rank, loss type, micro-batch rows and valid tokens), so
-    a test can count where and how often the loss ran. The loss itself is unchanged.
+    actor class, process id, torch.distributed rank, loss type, micro-batch rows and valid tokens, the
+    ``gmpo_plugins`` package file), so a test can count where and how often the loss ran, and from
+    which checkout. The loss itself is unchanged.
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def _patch_loss_marker(module):
             "policy_loss_type": plan.policy_loss_type,
             "rows": int(log_probs.shape[0]),
             "tokens": int(action_mask.sum()) if action_mask is not None else int(log_probs.numel()),
+            "gmpo_plugins": sys.modules["gmpo_plugins"].__file__,
         }
         with open(path, "a") as handle:
             handle.write(json.dumps(record) + "\n")

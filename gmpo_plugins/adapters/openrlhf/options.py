@@ -7,7 +7,8 @@ No OpenRLHF import. OpenRLHF 0.11.2 builds, in ``ActorPPOTrainer.__init__``,
                dual_clip                        <- --actor.dual_clip
                token_level_loss                 <- --actor.loss_agg_mode == "token-mean"
                policy_loss_type                 <- --actor.policy_loss_type
-               is_correction_level, _mode, _gating, _threshold  <- --algo.advantage.is_correction_*)
+               is_correction_level, _mode, _gating, _threshold  <- --algo.advantage.is_correction_*
+                                                   (``is_correction``: rollout IS weights))
 
 Names (``policy_loss_type``): OpenRLHF's own ``ppo`` and ``gspo`` keep OpenRLHF's code.
 Every registry loss ``<name>`` is reachable as ``gmpo_plugins.<name>``, and as ``<name>``
@@ -22,7 +23,10 @@ declares (``spec.defaults``):
                           default --actor.eps_clip is 0.2), ratio space for "ratio"
                           (grpo/dapo/gspo: [1 - eps_low, 1 + eps_high], as OpenRLHF's ppo)
     dual_clip          <- dual_clip (losses without it refuse a value)
-    reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean
+    reduction          <- token_level_loss: True -> token-mean, False -> seq-mean-token-mean;
+                          the other reductions (token-sum, seq-mean-token-sum, and the
+                          defining reductions of dr_grpo and luspo) through the override, with
+                          --actor.loss_agg_mode left at token-mean
     kl_beta            stays 0 unless set by GMPO_PLUGINS_LOSS_HPARAMS: OpenRLHF adds its
                        own KL loss (--algo.kl.use_loss)
 
@@ -34,9 +38,10 @@ sequence-level losses (gmpo family, gspo) are per-sequence means whatever it say
 (OpenRLHF's default --actor.loss_agg_mode token-mean) is accepted with a one-time warning,
 False (seq-mean-token-mean) silently. Token-level losses accept only True.
 
-Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag):
-IS correction (``is_correction_level != "off"``: OpenRLHF implements it inside its ppo
-branch, with a per-token gate that has no faithful sequence-level counterpart), a
+IS correction (``--algo.advantage.is_correction_*``): every level, mode and gating becomes
+the loss's ``rollout_is_weights`` (``is_correction``; a dropped token a zero weight).
+
+Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag): a
 ``dual_clip`` for a loss without one, a loss whose defining reduction is not one of
 OpenRLHF's two (``dr_grpo``'s seq-mean-token-sum-norm needs a constant length that
 PolicyLoss is not given), invalid eps values.
@@ -50,14 +55,24 @@ the micro-batches is the whole-step mean (the core's rule, and OpenRLHF's own).
 
 from __future__ import annotations
 
+import json
 import logging
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gmpo_plugins.adapters.hparam_sources import Field, Resolution, announce, resolve
+from gmpo_plugins.adapters.hparam_sources import (
+    OVERRIDE_ENV,
+    Field,
+    Resolution,
+    announce,
+    overrides_from_env,
+    resolve,
+    two_sided,
+)
 from gmpo_plugins.adapters.names import PREFIX
+from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
@@ -73,7 +88,8 @@ OPENRLHF_FIELDS = (  # train_ppo_ray flag (as PolicyLoss receives it) -> registr
         "--actor.eps_clip_low_high (LOW)",
         0.2,
         lambda kw: kw["clip_eps_low"],
-        when="always (unset: --actor.eps_clip)",
+        when="always (unset: --actor.eps_clip); not for a one-sided ratio cap (cispo)",
+        applies=two_sided,
     ),
     Field(
         "eps_high",
@@ -100,11 +116,13 @@ class OpenRLHFConfigError(ValueError):
 
 @dataclass(frozen=True)
 class LossPlan:
-    """What a patched ``PolicyLoss`` computes: ``spec(inputs, batch, **hparams)``."""
+    """What a patched ``PolicyLoss`` computes: ``spec(inputs, batch, **hparams)``, with
+    OpenRLHF's IS correction as rollout IS weights when ``is_correction`` is set."""
 
     policy_loss_type: str
     spec: LossSpec
     hparams: Mapping[str, Any]
+    is_correction: ISCorrection | None = None
 
 
 def policy_loss_choices() -> list[str]:
@@ -141,14 +159,18 @@ def registry_spec(policy_loss_type: Any) -> LossSpec | None:
 def _check_reduction(spec: LossSpec, policy_loss_type: str, token_level_loss: bool) -> None:
     """Refuse (or warn once for) an ``--actor.loss_agg_mode`` the loss cannot express."""
     if "reduction" in spec.defaults:
-        default = spec.defaults["reduction"]
-        if default not in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN):
+        flag = TOKEN_MEAN if token_level_loss else SEQ_MEAN_TOKEN_MEAN
+        try:
+            override = overrides_from_env()
+        except ValueError as exc:
+            raise OpenRLHFConfigError(str(exc)) from None
+        if flag not in spec.reductions and "reduction" not in override:
+            wanted = json.dumps({"reduction": spec.reductions[0]})
             raise OpenRLHFConfigError(
-                f"gmpo_plugins: --actor.policy_loss_type={policy_loss_type} is defined by its reduction "
-                f"{default!r}, which --actor.loss_agg_mode cannot express (OpenRLHF's PolicyLoss is not "
-                "given the constant length it divides by); use gmpo_plugins.grpo with "
-                "--actor.loss_agg_mode seq-mean-token-mean or token-mean, or OpenRLHF's "
-                "--algo.advantage.estimator dr_grpo"
+                f"gmpo_plugins: --actor.loss_agg_mode {flag} cannot be expressed by "
+                f"--actor.policy_loss_type={policy_loss_type}, whose reductions are {list(spec.reductions)} "
+                f"(--actor.loss_agg_mode has {TOKEN_MEAN} and {SEQ_MEAN_TOKEN_MEAN} only); leave "
+                f"--actor.loss_agg_mode at {TOKEN_MEAN} and set {OVERRIDE_ENV}='{wanted}'"
             )
         return
     if spec.sequence_level:
@@ -178,7 +200,6 @@ def loss_resolution(
     clip_eps_high: Any,
     dual_clip: Any,
     token_level_loss: Any,
-    is_correction_level: Any,
 ) -> Resolution | None:
     """Every hyper-parameter of the registry loss for PolicyLoss's constructor arguments, with
     its source (module docstring), or None for OpenRLHF's own ppo/gspo. Raises
@@ -186,13 +207,6 @@ def loss_resolution(
     spec = registry_spec(policy_loss_type)
     if spec is None:
         return None
-    if is_correction_level != "off":
-        raise OpenRLHFConfigError(
-            f"gmpo_plugins: --algo.advantage.is_correction_level={is_correction_level} is not supported with "
-            f"--actor.policy_loss_type={policy_loss_type}: OpenRLHF applies its train/rollout IS correction "
-            "inside its own ppo loss (a per-token gate with no faithful counterpart for this loss); use "
-            "--algo.advantage.is_correction_level off, or --actor.policy_loss_type ppo"
-        )
     if "dual_clip" not in spec.defaults and dual_clip is not None:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "
@@ -222,7 +236,7 @@ def plan_loss(
     clip_eps_high: Any,
     dual_clip: Any,
     token_level_loss: Any,
-    is_correction_level: Any,
+    is_correction: ISCorrection | None = None,
 ) -> LossPlan | None:
     """The registry loss and hyper-parameters for PolicyLoss's constructor arguments
     (``loss_resolution``, announced once per process: ``hparam_sources.announce``), or None
@@ -233,12 +247,11 @@ def plan_loss(
         clip_eps_high=clip_eps_high,
         dual_clip=dual_clip,
         token_level_loss=token_level_loss,
-        is_correction_level=is_correction_level,
     )
     if resolution is None:
         return None
     announce(resolution)
-    return LossPlan(policy_loss_type, resolution.spec, resolution.params())
+    return LossPlan(policy_loss_type, resolution.spec, resolution.params(), is_correction)
 
 
 def batch_info(dp_size: Any, batch_num_tokens: Any, global_batch_size: Any) -> BatchInfo:

@@ -25,11 +25,12 @@ untouched (``refuse_registry_losses``).
 Every metric of ``out`` also goes to the side file of ``metrics_file`` when it is named.
 
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
-the last two are None as in OpenRLHF without IS correction (which is refused for registry
-losses). ``clip_frac`` (valid tokens whose clipped value was chosen) and ``ppo_kl`` (mean of
-old - new log-prob over valid tokens) mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean;
-a plugin loss without them reports 0. ``rollout_log_probs`` is not used (it only feeds IS
-correction). The loss math is the registry's; this module only translates.
+the last two are None without IS correction, and OpenRLHF's values with it (the correction
+becomes the loss's ``rollout_is_weights``: ``is_correction``). ``clip_frac`` (valid tokens
+whose clipped value was chosen) and ``ppo_kl`` (mean of old - new log-prob over valid tokens)
+mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean; a plugin loss without them reports 0.
+``rollout_log_probs`` feeds the IS correction only. The loss math is the registry's; this
+module only translates.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
+from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection, rollout_is_weights
 from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
 from gmpo_plugins.adapters.openrlhf.options import (
     OPENRLHF_OWN,
@@ -122,21 +124,36 @@ def registry_forward(
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     action_mask: torch.Tensor | None,
+    rollout_log_probs: torch.Tensor | None,
     dp_size: Any,
     batch_num_tokens: Any,
     global_batch_size: Any,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """OpenRLHF's PolicyLoss.forward contract computed by ``plan.spec`` (module docstring)."""
     mask = torch.ones_like(log_probs, dtype=torch.bool) if action_mask is None else action_mask
+    weights = vllm_kl = filter_ratio = None
+    if plan.is_correction is not None:
+        if rollout_log_probs is None:
+            raise OpenRLHFConfigError(
+                f"gmpo_plugins: --algo.advantage.is_correction_level {plan.is_correction.level} needs the rollout "
+                "log-probs, and PolicyLoss.forward was given rollout_log_probs=None"
+            )
+        weights, vllm_kl, filter_ratio = rollout_is_weights(plan.is_correction, old_log_probs, rollout_log_probs, mask)
     out = plan.spec(
-        LossInputs(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask),
+        LossInputs(
+            log_probs=log_probs,
+            old_log_probs=old_log_probs,
+            advantages=advantages,
+            mask=mask,
+            rollout_is_weights=weights,
+        ),
         batch_info(dp_size, batch_num_tokens, global_batch_size),
         validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),
         **plan.hparams,
     )
     record_loss_metrics(out.metrics, mask)
     zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)
-    return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), None, None
+    return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), vllm_kl, filter_ratio
 
 
 def patch_policy_loss(module: ModuleType) -> None:
@@ -166,7 +183,14 @@ def patch_policy_loss(module: ModuleType) -> None:
                 clip_eps_high=self.clip_eps_high,
                 dual_clip=self.dual_clip,
                 token_level_loss=self.token_level_loss,
-                is_correction_level=self.is_correction_level,
+                is_correction=None
+                if self.is_correction_level == "off"
+                else ISCorrection(
+                    self.is_correction_level,
+                    self.is_correction_mode,
+                    self.is_correction_gating,
+                    tuple(self.is_correction_threshold),
+                ),
             )
         except (OpenRLHFConfigError, LossNameCollisionError):
             raise
@@ -188,6 +212,7 @@ def patch_policy_loss(module: ModuleType) -> None:
             arguments["old_log_probs"],
             arguments["advantages"],
             arguments["action_mask"],
+            arguments["rollout_log_probs"],
             arguments["dp_size"],
             arguments["batch_num_tokens"],
             arguments["global_batch_size"],

@@ -13,6 +13,13 @@ its spec (``spec.defaults``):
                                                      sequence_mean           -> seq-mean-token-mean
                                                      seq_mean_token_sum_norm -> seq-mean-token-sum-norm
     norm_length <- trainer.algorithm.max_seq_len     (seq_mean_token_sum_norm only)
+    eps_low, eps_high <- trainer.algorithm.cispo.cispo_eps_clip_low/_high for a one-sided
+                   ratio cap (cispo; ``hparam_sources.ratio_cap``), the same offsets from 1;
+                   SkyRL's default low 0.0 (a clamp at 1) reads as the registry's no lower clip
+    tau_pos, tau_neg           <- sapo.tau_pos, sapo.tau_neg
+    delta_low, delta_high      <- dppo.delta_low, dppo.delta_high  (dppo_tv and dppo_kl)
+    clip_cov_ratio, clip_cov_lb, clip_cov_ub <- clip_cov.clip_ratio, .clip_cov_lb, .clip_cov_ub
+    kl_cov_ratio, ppo_kl_coef  <- kl_cov.kl_cov_frac (a fraction, 0.2 = 20%), kl_cov.ppo_kl_coef
 
 Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` (our entry point
 forwards it to the Ray workers) or keeps its registry default: ``kl_beta`` stays 0 (SkyRL
@@ -35,15 +42,19 @@ mini-batch, |o_i| the valid tokens of sequence i and L = ``max_seq_len``:
     seq_mean_token_sum_norm  A'_t = A_t / (N L)          core advantages  A' L          = A / N
 
 and the core is called with ``BatchInfo(dp_size=1, global_batch_size=1,
-global_num_tokens=1)``: the global counts are already in the advantages. Every registry
-policy-gradient term is positively homogeneous of degree 1 in the advantages (its clip
-decisions depend on their signs only, which the scaling keeps), so
+global_num_tokens=1)``: the global counts are already in the advantages. A loss whose spec
+declares ``linear_in_advantages`` is positively homogeneous of degree 1 in the advantages
+(its clip and gate decisions depend on their signs only, which the scaling keeps), so
 
     core(A / N, counts 1) = core(A, global_batch_size=N)      (resp. M for token-mean)
 
 which summed over micro-batches and ranks (``dp_size`` applied by SkyRL) is the core's
-whole-mini-batch loss and gradient. N counts every row of the mini-batch, as SkyRL does
-(the ``global_batch_size`` a framework passes to the core).
+whole-mini-batch loss and gradient. A loss that is not (dro's beta penalty, kl_cov's KL
+term, clip_cov's absolute covariance thresholds) is refused, naming why: its value at the
+scaled advantages is another objective. With ``sequence_mean`` a loss that sums each
+sequence's tokens (luspo's seq-mean-token-sum) gets the same advantages A / N. N counts
+every row of the mini-batch, as SkyRL does (the ``global_batch_size`` a framework passes to
+the core).
 """
 
 from __future__ import annotations
@@ -52,8 +63,17 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, announce, attribute, resolve
-from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
+from gmpo_plugins.adapters.hparam_sources import (
+    ABSENT,
+    Field,
+    Resolution,
+    announce,
+    attribute,
+    ratio_cap,
+    resolve,
+    two_sided,
+)
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
 
@@ -64,14 +84,73 @@ SUM_NORM = "seq_mean_token_sum_norm"
 CORE_REDUCTION = {TOKEN: TOKEN_MEAN, SEQUENCE: SEQ_MEAN_TOKEN_MEAN, SUM_NORM: SEQ_MEAN_TOKEN_SUM_NORM}
 
 
+SUM_CORE_REDUCTION = {**CORE_REDUCTION, SEQUENCE: SEQ_MEAN_TOKEN_SUM}
+
+
+def sums_sequences(spec: LossSpec) -> bool:
+    """Whether ``spec`` sums each sequence's tokens instead of averaging them (its reductions
+    have seq-mean-token-sum, not seq-mean-token-mean): SkyRL's ``sequence_mean`` carries it,
+    since the adapter restores |o_i| in the advantages (module docstring)."""
+    return SEQ_MEAN_TOKEN_SUM in spec.reductions and SEQ_MEAN_TOKEN_MEAN not in spec.reductions
+
+
 def _max_seq_len(config: Any) -> Any:
     """max_seq_len under seq_mean_token_sum_norm (the constant SkyRL scales advantages by)."""
     return getattr(config, "max_seq_len", None) if getattr(config, "loss_reduction", None) == SUM_NORM else ABSENT
 
 
+def _cispo_low(config: Any) -> Any:
+    """cispo.cispo_eps_clip_low, ABSENT at 0.0 (SkyRL's default, which clamps the ratio below
+    at 1 - 0 = 1: the registry's eps_low must be > 0, and its cispo default has no lower clip)."""
+    value = attribute("cispo.cispo_eps_clip_low")(config)
+    return ABSENT if value == 0.0 else value
+
+
+_NOT_CAP = "always; not for a one-sided ratio cap (cispo)"
+
+
+def _algorithm(field: str, default: Any, hparam: str, when: str = "") -> Field:
+    return Field(hparam, f"{ALGORITHM}.{field}", default, attribute(field), when=when)
+
+
 SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0.3 defaults)
-    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low")),
-    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high")),
+    Field(
+        "eps_low",
+        f"{ALGORITHM}.cispo.cispo_eps_clip_low",
+        0.0,
+        _cispo_low,
+        when="not 0.0, for a one-sided ratio cap (cispo)",
+        applies=ratio_cap,
+    ),
+    Field(
+        "eps_high",
+        f"{ALGORITHM}.cispo.cispo_eps_clip_high",
+        5.0,
+        attribute("cispo.cispo_eps_clip_high"),
+        when="for a one-sided ratio cap (cispo)",
+        applies=ratio_cap,
+    ),
+    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided),
+    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided),
+    _algorithm("sapo.tau_pos", 1.0, "tau_pos"),
+    _algorithm("sapo.tau_neg", 1.05, "tau_neg"),
+    _algorithm("dppo.delta_low", 0.2, "delta_low"),
+    _algorithm("dppo.delta_high", 0.2, "delta_high"),
+    _algorithm("clip_cov.clip_ratio", 2e-4, "clip_cov_ratio"),
+    _algorithm("clip_cov.clip_cov_lb", 1.0, "clip_cov_lb"),
+    _algorithm("clip_cov.clip_cov_ub", 5.0, "clip_cov_ub"),
+    _algorithm("kl_cov.kl_cov_frac", 0.2, "kl_cov_ratio", when="always (a fraction, as the registry's)"),
+    _algorithm("kl_cov.ppo_kl_coef", 1.0, "ppo_kl_coef"),
+    Field(
+        "reduction",
+        f"{ALGORITHM}.loss_reduction",
+        TOKEN,
+        attribute("loss_reduction"),
+        convert=SUM_CORE_REDUCTION.__getitem__,
+        overridable=False,
+        when="for a loss whose per-sequence reduction is a token sum (luspo): sequence_mean -> seq-mean-token-sum",
+        applies=sums_sequences,
+    ),
     Field(
         "reduction",
         f"{ALGORITHM}.loss_reduction",
@@ -102,11 +181,10 @@ def _field(name: str) -> str:
 
 def accepted_reductions(spec: LossSpec) -> list[str]:
     """The ``loss_reduction`` values ``spec`` accepts, in SkyRL's names."""
-    if spec.sequence_level:
-        return [SEQUENCE]
-    if "reduction" not in spec.defaults:
-        return [TOKEN]
-    return [name for name, core in CORE_REDUCTION.items() if core in spec.reductions]
+    if "reduction" in spec.defaults:
+        table = SUM_CORE_REDUCTION if sums_sequences(spec) else CORE_REDUCTION
+        return [name for name, core in table.items() if core in spec.reductions]
+    return [SEQUENCE] if spec.sequence_level else [TOKEN]
 
 
 def _reduction(spec: LossSpec, config: Any, policy_loss_type: str) -> str:
@@ -140,6 +218,13 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
     if config is None:
         raise SkyRLConfigError(
             f"gmpo_plugins: policy_loss_type={policy_loss_type} needs SkyRL's {ALGORITHM} config (config=None)"
+        )
+    if not spec.linear_in_advantages:
+        raise SkyRLConfigError(
+            f"gmpo_plugins: policy_loss_type={policy_loss_type} is not supported through SkyRL: SkyRL divides the "
+            f"advantages by the batch counts of {_field('loss_reduction')} before the loss sees them, and "
+            f"{spec.name} is not linear in the advantages (a term or threshold that does not scale with them), "
+            "so the counts cannot be recovered; SkyRL ships its own version of it where it has one"
         )
     reduction = _reduction(spec, config, policy_loss_type)
     if reduction == SUM_NORM and "norm_length" in spec.defaults:

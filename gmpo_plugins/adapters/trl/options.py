@@ -9,6 +9,13 @@ spec accepts):
     kl_beta   <- args.beta                          (k3 KL, per-sequence mean for sequence-level
                                                      losses, as TRL's GMPOTrainer)
     norm_length <- args.max_completion_length       (Dr.GRPO's constant, as TRL's 'dr_grpo')
+    tau_pos, tau_neg <- args.sapo_temperature_pos, args.sapo_temperature_neg      (sapo)
+    vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg <- args.<same name>  (vespo)
+
+A loss whose ratio clip is a one-sided cap (``hparam_sources.ratio_cap``: cispo) takes
+``eps_high = epsilon_high - 1`` (TRL's cispo caps the ratio at ``epsilon_high`` itself) and
+nothing from ``epsilon`` (TRL's cispo has no lower clip; with ``epsilon_high`` None TRL would
+cap at ``epsilon``, 0.2, so the loss's own cap 1 + 4.0 applies instead).
 
 anything else comes from ``loss_hparams`` (e.g. ``log_ratio_bound``, ``reduction``,
 ``kl_estimator``) or from ``GMPO_PLUGINS_LOSS_HPARAMS``, and is checked by the loss spec
@@ -39,7 +46,7 @@ auxiliary loss, gradient accumulation and data parallelism (``normalisation``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import (
@@ -49,25 +56,68 @@ from gmpo_plugins.adapters.hparam_sources import (
     announce,
     attribute,
     overrides_from_env,
+    ratio_cap,
     resolve,
+    two_sided,
 )
 from gmpo_plugins.core.spec import LossSpec
 
 
-def _config(field: str, default: Any, hparam: str, when: str = "not None") -> Field:
-    return Field(hparam, f"GRPOConfig.{field}", default, attribute(field, none_absent=True), when=when)
+def _config(
+    field: str,
+    default: Any,
+    hparam: str,
+    when: str = "not None",
+    applies: Callable[[LossSpec], bool] | None = None,
+    convert: Callable[[Any], Any] | None = None,
+) -> Field:
+    read = attribute(field, none_absent=True)
+    name = f"GRPOConfig.{field}"
+    if convert is None:
+        return Field(hparam, name, default, read, when=when, applies=applies)
+    return Field(hparam, name, default, read, convert=convert, when=when, applies=applies)
+
+
+def _cap_offset(cap: Any) -> Any:
+    """TRL's cispo cap ``epsilon_high`` (the ratio's maximum) as the registry's offset ``cap - 1``."""
+    return cap - 1 if isinstance(cap, (int, float)) and not isinstance(cap, bool) else cap
 
 
 TRL_FIELDS = (  # GRPOConfig field -> registry hyper-parameter (TRL 1.16 defaults)
-    _config("epsilon", 0.2, "eps_low", when="always"),
-    _config("epsilon_high", None, "eps_high"),
-    _config("epsilon", 0.2, "eps_high", when="epsilon_high is None"),
+    _config("epsilon", 0.2, "eps_low", when="always; not for a one-sided cap", applies=two_sided),
+    _config(
+        "epsilon_high",
+        None,
+        "eps_high",
+        when="not None, for a one-sided ratio cap (cispo): the cap C, as eps_high = C - 1",
+        applies=ratio_cap,
+        convert=_cap_offset,
+    ),
+    _config("epsilon_high", None, "eps_high", when="not None; not for a one-sided cap", applies=two_sided),
+    _config("epsilon", 0.2, "eps_high", when="epsilon_high is None; not for a one-sided cap", applies=two_sided),
+    _config("sapo_temperature_pos", 1.0, "tau_pos", when="always"),
+    _config("sapo_temperature_neg", 1.05, "tau_neg", when="always"),
+    _config("vespo_k_pos", 2.0, "vespo_k_pos", when="always"),
+    _config("vespo_lambda_pos", 3.0, "vespo_lambda_pos", when="always"),
+    _config("vespo_k_neg", 3.0, "vespo_k_neg", when="always"),
+    _config("vespo_lambda_neg", 2.0, "vespo_lambda_neg", when="always"),
     _config("beta", 0.0, "kl_beta", when="always"),
     _config("max_completion_length", 512, "norm_length"),  # None: no maximum, the loss's constant
 )
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is first taken from
     row.hparam: row.name.removeprefix("GRPOConfig.") for row in reversed(TRL_FIELDS)
 }
+
+
+def field_for(spec: LossSpec, hparam: str, value: Any) -> tuple[str, Any] | None:
+    """The GRPOConfig (field, value) that gives ``spec`` ``hparam=value`` (the first row that
+    feeds it, its conversion inverted), or None when no field carries it (the inverse of
+    ``TRL_FIELDS``, for building configs)."""
+    row = next((row for row in TRL_FIELDS if row.hparam == hparam and row.feeds(spec)), None)
+    if row is None:
+        return None
+    setting = value + 1 if row.convert is _cap_offset and value is not None else value
+    return row.name.removeprefix("GRPOConfig."), setting
 
 
 class UnsupportedTRLOptionError(ValueError):
@@ -134,10 +184,11 @@ def loss_resolution(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] |
     spec's own TypeError/ValueError for unknown or out-of-range hyper-parameters.
     """
     extra = dict(loss_hparams or {})
-    for key, field_name in TRANSLATED.items():
-        if key in extra:
+    for key in extra:
+        row = next((row for row in TRL_FIELDS if row.hparam == key and row.feeds(spec)), None)
+        if row is not None:
             raise UnsupportedTRLOptionError(
-                f"loss_hparams[{key!r}]: set GRPOConfig.{field_name} instead (the adapter takes {key} from it)"
+                f"loss_hparams[{key!r}]: set {row.name} instead (the adapter takes {key} from it)"
             )
     problems = refusals(args, spec)
     if problems:

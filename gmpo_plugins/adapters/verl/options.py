@@ -14,6 +14,16 @@ feeds each loss that declares the hyper-parameter in its spec (``spec.defaults``
     reduction   <- actor_rollout_ref.actor.loss_agg_mode    (losses with reductions)
     norm_length <- actor_rollout_ref.actor.loss_scale_factor (null: the core's constant 1024; verl would
                                          divide by each micro-batch's padded width)
+    delta_low, delta_high <- clip_ratio_low, clip_ratio_high (or clip_ratio): DPPO's divergence
+                   thresholds, as verl's dppo_tv / dppo_kl read them
+    ratio_cap   <- clip_ratio_c      (DPPO's cap of the stop-gradient IS weight, as verl's)
+    tau_pos, tau_neg <- tau_pos, tau_neg                      (SAPO's gate temperatures)
+    dro_beta, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef
+                <- actor_rollout_ref.actor.policy_loss.<same name>    (null: not set)
+
+cispo takes eps_low/eps_high from the clip_ratio fields as verl's cispo does
+(``[1 - clip_ratio_low, 1 + clip_ratio_high]``): verl cannot express the registry's "no lower
+clip" (null falls back to clip_ratio), so give ``{"eps_low": null}`` in the override for it.
 
 Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` or keeps its registry
 default (``kl_beta`` stays 0 unless set there: verl adds its own KL loss in ``ppo_loss``
@@ -59,6 +69,11 @@ def _actor(field: str, default: Any, hparam: str, *, none_absent: bool = False, 
     return Field(hparam, f"{ACTOR}.{field}", default, attribute(field, none_absent=none_absent), when=when)
 
 
+def _policy_loss(field: str, default: Any, hparam: str | None = None) -> Field:
+    """A ``policy_loss.<field>`` row (verl's ``PolicyLossConfig``; null reads as not set)."""
+    return _actor(f"policy_loss.{field}", default, hparam or field, none_absent=True, when="not null")
+
+
 def _norm_length(config: Any) -> Any:
     """loss_scale_factor under seq-mean-token-sum-norm; verl's null means each micro-batch's
     padded width, which depends on the split: the loss's constant then applies."""
@@ -74,6 +89,20 @@ VERL_FIELDS = (  # verl ActorConfig field -> registry hyper-parameter (verl 0.9.
     _actor("clip_ratio_high", 0.2, "eps_high", none_absent=True, when="not null"),
     _actor("clip_ratio", 0.2, "eps_high", when="clip_ratio_high is null"),
     _actor("clip_ratio_c", 3.0, "dual_clip"),
+    # DPPO: verl reads its PPO bounds as divergence thresholds and clip_ratio_c as the IS cap
+    _actor("clip_ratio_low", 0.2, "delta_low", none_absent=True, when="not null"),
+    _actor("clip_ratio", 0.2, "delta_low", when="clip_ratio_low is null"),
+    _actor("clip_ratio_high", 0.2, "delta_high", none_absent=True, when="not null"),
+    _actor("clip_ratio", 0.2, "delta_high", when="clip_ratio_high is null"),
+    _actor("clip_ratio_c", 3.0, "ratio_cap"),
+    _actor("tau_pos", 1.0, "tau_pos"),
+    _actor("tau_neg", 1.05, "tau_neg"),
+    _policy_loss("dro_beta", None),
+    _policy_loss("clip_cov_ratio", 2e-4),
+    _policy_loss("clip_cov_lb", 1.0),
+    _policy_loss("clip_cov_ub", 5.0),
+    _policy_loss("kl_cov_ratio", 2e-4),
+    _policy_loss("ppo_kl_coef", 0.1),
     _actor("loss_agg_mode", TOKEN_MEAN, "reduction"),
     Field(
         "norm_length",

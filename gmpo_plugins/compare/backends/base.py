@@ -57,6 +57,7 @@ with ``RECORD_PREFIX``) on stdout; the parent merges them into its report.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -401,3 +402,20 @@ def run_in_subprocess(
             f"framework {runner.framework!r}, loss {loss_name!r}: `{' '.join(command[:3])} ...` exited with "
             f"status {code}; last lines of {log_path}:\n{tail}"
         )
+
+
+@contextlib.contextmanager
+def environ(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name] = value`` for the block (unchanged when value is None)."""
+    if value is None:
+        yield
+        return
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous

@@ -30,11 +30,13 @@ On a machine without CUDA, importing OpenRLHF needs stand-ins for ``flash_attn_2
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.compare.backends.base import (
     BackendError,
     Metric,
@@ -42,12 +44,11 @@ from gmpo_plugins.compare.backends.base import (
     ParityTarget,
     PolicyLossCall,
     adapter_and_own_targets,
-    refuse_uncarried,
+    environ,
 )
-from gmpo_plugins.core.reduce import TOKEN_MEAN
+from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 
-CARRIED = ("eps_low", "eps_high", "dual_clip", "reduction")
 OWN = OwnLosses(
     names={"grpo": "ppo", "dapo": "ppo", "gspo": "gspo"},
     label="ppo/gspo",
@@ -58,14 +59,29 @@ OWN = OwnLosses(
 def policy_loss_kwargs(loss_name: str, hparams: Mapping[str, Any], policy_loss_type: str) -> dict[str, Any]:
     """OpenRLHF PolicyLoss constructor arguments carrying ``hparams`` of ``loss_name``."""
     spec = get_loss(loss_name)
-    refuse_uncarried("openrlhf", "OpenRLHF's PolicyLoss", loss_name, hparams, CARRIED)
     reduction = hparams.get("reduction")
+    low = hparams.get("eps_low")
     return {
-        "clip_eps_low": hparams.get("eps_low", 0.2),
+        "clip_eps_low": 0.2 if low is None else low,  # a one-sided cap (cispo) reads no lower bound
         "clip_eps_high": hparams.get("eps_high", 0.2),
         "dual_clip": hparams.get("dual_clip"),
-        "token_level_loss": reduction == TOKEN_MEAN if reduction is not None else not spec.sequence_level,
+        "token_level_loss": reduction != SEQ_MEAN_TOKEN_MEAN if reduction is not None else not spec.sequence_level,
         "policy_loss_type": policy_loss_type,
+    }
+
+
+def policy_loss_override(loss_name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``GMPO_PLUGINS_LOSS_HPARAMS`` carries for ``hparams`` of ``loss_name``: every value
+    PolicyLoss's arguments do not (a reduction other than token-mean / seq-mean-token-mean,
+    the hyper-parameters OpenRLHF has no flag for) that differs from the loss's default."""
+    defaults = get_loss(loss_name).defaults
+    carried = {"eps_low", "eps_high", "dual_clip"}
+    if hparams.get("reduction") in (TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN):
+        carried.add("reduction")
+    return {
+        name: value
+        for name, value in hparams.items()
+        if name not in carried and (value != defaults.get(name) or name == "reduction")
     }
 
 
@@ -104,9 +120,11 @@ class OpenRLHFBackend:
         from gmpo_plugins.adapters.openrlhf.options import PREFIX
 
         kwargs = policy_loss_kwargs(loss_name, hparams, OWN.loss_type(loss_name, self._own, PREFIX))
-        key = tuple(sorted(kwargs.items()))
+        override = {} if self._own else policy_loss_override(loss_name, hparams)
+        key = (tuple(sorted(kwargs.items())), json.dumps(override, sort_keys=True))
         if key not in self._modules:
-            self._modules[key] = self._policy_loss_class(**kwargs)
+            with environ(OVERRIDE_ENV, json.dumps(override) if override else None):
+                self._modules[key] = self._policy_loss_class(**kwargs)
         return self._modules[key]
 
     def policy_loss(self, call: PolicyLossCall) -> tuple[torch.Tensor, Mapping[str, Metric]]:

@@ -38,7 +38,14 @@ from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters.skyrl.options import CORE_REDUCTION, FIELDS
+from gmpo_plugins.adapters.skyrl.options import (
+    ALGORITHM,
+    CORE_REDUCTION,
+    FIELDS,
+    SKYRL_FIELDS,
+    accepted_reductions,
+    sums_sequences,
+)
 from gmpo_plugins.compare.backends.base import (
     BackendError,
     Metric,
@@ -65,18 +72,38 @@ def algorithm_fields(loss_name: str, hparams: Mapping[str, Any], width: int) -> 
     """SkyRL ``trainer.algorithm`` fields carrying ``hparams`` of ``loss_name``; ``width`` is
     the padded T (the core's default constant length)."""
     spec = get_loss(loss_name)
+    if not spec.linear_in_advantages:
+        raise BackendError(f"skyrl: {loss_name} is not linear in the advantages, which SkyRL pre-scales")
     refuse_uncarried("skyrl", "SkyRL's trainer.algorithm config", loss_name, hparams, FIELDS)
     if "reduction" in hparams:
-        reduction = SKYRL_REDUCTION[hparams["reduction"]]
+        reduction = accepted_reductions(spec)[0] if sums_sequences(spec) else SKYRL_REDUCTION[hparams["reduction"]]
     else:
         reduction = "sequence_mean" if spec.sequence_level else "token_mean"
     norm_length = hparams.get("norm_length")
-    return {
-        "eps_clip_low": hparams.get("eps_low", 0.2),
-        "eps_clip_high": hparams.get("eps_high", 0.2),
+    fields: dict[str, Any] = {
         "loss_reduction": reduction,
         "max_seq_len": width if norm_length is None else norm_length,
     }
+    for name, value in hparams.items():
+        row = next((row for row in SKYRL_FIELDS if row.hparam == name and row.feeds(spec)), None)
+        if row is not None and name not in ("reduction", "norm_length") and value is not None:
+            fields[row.name.removeprefix(f"{ALGORITHM}.")] = value
+    return fields
+
+
+def algorithm_config(policy_loss_type: str, fields: Mapping[str, Any]) -> Any:
+    """SkyRL's ``AlgorithmConfig`` with ``fields`` set, dotted names in its nested configs
+    (``sapo.tau_pos``)."""
+    from skyrl.train.config import AlgorithmConfig
+
+    config = AlgorithmConfig(
+        policy_loss_type=policy_loss_type, **{key: value for key, value in fields.items() if "." not in key}
+    )
+    for key, value in fields.items():
+        if "." in key:
+            group, attr = key.split(".", 1)
+            setattr(getattr(config, group), attr, value)
+    return config
 
 
 def _global_ratio(reduction: str, mask: torch.Tensor, batch_info: BatchInfo) -> torch.Tensor | float:
@@ -114,14 +141,13 @@ class SkyRLBackend:
             PolicyLossRegistry,
             apply_loss_reduction_to_advantages_minibatch,
         )
-        from skyrl.train.config import AlgorithmConfig
 
         from gmpo_plugins.adapters.skyrl import PREFIX
 
         call.require_no_rollout_is_weights(self.name)
         policy_loss_type = OWN.loss_type(call.loss_name, self._own, PREFIX)
         fields = algorithm_fields(call.loss_name, call.hparams, width=call.mask.shape[-1])
-        config = AlgorithmConfig(policy_loss_type=policy_loss_type, **fields)
+        config = algorithm_config(policy_loss_type, fields)
         loss_mask = call.mask.to(torch.float32)
         scaled = apply_loss_reduction_to_advantages_minibatch(
             advantages=call.token_advantages(loss_mask),

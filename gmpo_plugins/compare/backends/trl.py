@@ -37,14 +37,15 @@ from gmpo_plugins.core.registry import get_loss
 
 def trl_settings(loss_name: str, hparams: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(GRPOConfig fields, loss_hparams) that carry ``hparams`` of registry loss ``loss_name``."""
-    from gmpo_plugins.adapters.trl.options import TRANSLATED
+    from gmpo_plugins.adapters.trl.options import field_for
 
-    get_loss(loss_name)
+    spec = get_loss(loss_name)
     fields: dict[str, Any] = {"use_bias_correction_kl": False}
     extra: dict[str, Any] = {}
     for name, value in hparams.items():
-        if name in TRANSLATED:
-            fields[TRANSLATED[name]] = value
+        setting = field_for(spec, name, value)
+        if setting is not None:
+            fields[setting[0]] = setting[1]
         else:
             extra[name] = value
     return fields, extra

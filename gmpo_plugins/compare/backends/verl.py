@@ -22,13 +22,15 @@ keep their registry defaults; other values raise ``BackendError``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from gmpo_plugins.adapters.verl.options import FIELDS
-from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall, refuse_uncarried, strip_prefix
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
+from gmpo_plugins.adapters.verl.options import ACTOR, FIELDS, VERL_FIELDS
+from gmpo_plugins.compare.backends.base import Metric, PolicyLossCall, environ, refuse_uncarried, strip_prefix
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import get_loss
 
@@ -36,13 +38,25 @@ METRIC_PREFIX = "actor/gmpo/"
 
 
 def verl_fields(loss_name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """verl actor-config fields carrying ``hparams`` of registry loss ``loss_name``."""
+    """verl actor-config fields carrying ``hparams`` of registry loss ``loss_name`` (the first
+    ``VERL_FIELDS`` row that feeds the loss; None values go through ``verl_override``)."""
     spec = get_loss(loss_name)
     refuse_uncarried("verl", "verl's actor config", loss_name, hparams, FIELDS)
-    fields = {FIELDS[name]: value for name, value in hparams.items() if name in FIELDS}
+    fields = {}
+    for name, value in hparams.items():
+        row = next((row for row in VERL_FIELDS if row.hparam == name and row.feeds(spec)), None)
+        if row is not None and value is not None:
+            fields[row.name.removeprefix(f"{ACTOR}.")] = value
     if "reduction" not in spec.defaults:
         fields["loss_agg_mode"] = SEQ_MEAN_TOKEN_MEAN if spec.sequence_level else TOKEN_MEAN
     return fields
+
+
+def verl_override(loss_name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters whose None (off) no verl field carries (a null field falls back to
+    another, e.g. cispo's eps_low to clip_ratio): ``GMPO_PLUGINS_LOSS_HPARAMS`` carries them."""
+    spec = get_loss(loss_name)
+    return {name: None for name, value in hparams.items() if value is None and name in FIELDS and name in spec.defaults}
 
 
 class VerlBackend:
@@ -69,12 +83,13 @@ class VerlBackend:
         if key not in self._configs:
             from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
+            nested = {k.removeprefix("policy_loss."): v for k, v in fields.items() if k.startswith("policy_loss.")}
             self._configs[key] = FSDPActorConfig(
                 strategy="fsdp",
                 rollout_n=1,
                 ppo_micro_batch_size_per_gpu=1,
-                policy_loss=PolicyLossConfig(loss_mode=loss_mode),
-                **fields,
+                policy_loss=PolicyLossConfig(loss_mode=loss_mode, **nested),
+                **{k: v for k, v in fields.items() if not k.startswith("policy_loss.")},
             )
         return self._configs[key]
 
@@ -85,6 +100,7 @@ class VerlBackend:
 
         loss_mode = PREFIX + call.loss_name
         config = self._config(loss_mode, verl_fields(call.loss_name, call.hparams))
+        override = verl_override(call.loss_name, call.hparams)
         config.global_batch_info.update(
             dp_size=call.batch_info.dp_size,
             global_batch_size=_as_int(call.batch_info.global_batch_size),
@@ -92,15 +108,16 @@ class VerlBackend:
             loss_scale_factor=config.loss_scale_factor,
         )
         mask = call.mask.bool()
-        loss, metrics = get_policy_loss_fn(loss_mode)(
-            old_log_prob=call.old_log_probs,
-            log_prob=call.log_probs,
-            advantages=call.token_advantages(mask),
-            response_mask=mask,
-            loss_agg_mode=config.loss_agg_mode,
-            config=config,
-            rollout_is_weights=call.rollout_is_weights,
-        )
+        with environ(OVERRIDE_ENV, json.dumps(override) if override else None):
+            loss, metrics = get_policy_loss_fn(loss_mode)(
+                old_log_prob=call.old_log_probs,
+                log_prob=call.log_probs,
+                advantages=call.token_advantages(mask),
+                response_mask=mask,
+                loss_agg_mode=config.loss_agg_mode,
+                config=config,
+                rollout_is_weights=call.rollout_is_weights,
+            )
         core = strip_prefix(metrics, METRIC_PREFIX)
         core["policy_loss"] = loss.detach()
         return loss, core

@@ -58,6 +58,7 @@ DRO = LossSpec(
     description="DRO: -(A * log pi - dro_beta / 2 * (log r)^2)",
     defaults={"dro_beta": 0.1, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
     reductions=TOKEN_REDUCTIONS,
+    linear_in_advantages=False,
     formula="l_t = -(A_t * log pi_t - dro_beta / 2 * (log r_t)^2)",
     native=("verl:dro",),
 )

@@ -163,7 +163,6 @@ def _loss_args(spec: RunSpec) -> list[str]:
             clip_eps_high=eps[1],
             dual_clip=dual_clip,
             token_level_loss=token_level,
-            is_correction_level="off",
         )
         options.check_advantages(
             loss, policy_loss_type, estimator="group_norm", gamma=1.0, kl_use_loss=use_kl, kl_init_coef=spec.kl_coef

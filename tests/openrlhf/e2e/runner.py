@@ -2,8 +2,9 @@
 process, on CPU, and read back what it left: the metrics OpenRLHF logged, the loss-call marker, the
 actor's saved weights and the rollout engine's weights after its last sync.
 
-The process gets ``PYTHONPATH = standins:shims`` (examples/openrlhf_cpu/standins/sitecustomize.py and the
-vLLM / flash-attn stand-ins of examples/openrlhf_cpu/shims), which Ray passes on to its workers; a Ray temp dir
+The process gets ``PYTHONPATH = checkout:standins:shims`` (this checkout's gmpo_plugins before the installed
+one, examples/openrlhf_cpu/standins/sitecustomize.py and the vLLM / flash-attn stand-ins of
+examples/openrlhf_cpu/shims), which Ray passes on to its workers; a Ray temp dir
 of its own under /tmp (never inside the virtualenv: Ray's socket paths must stay short); DeepSpeed's
 JIT-built CPU ops in ``TORCH_EXTENSIONS_DIR`` (taken from the environment when set, so a cache is built
 once; the virtualenv's ``ninja`` comes first on ``PATH``, as another ninja version discards the cache) and
@@ -27,7 +28,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent
-CPU_STANDINS = HERE.parents[2] / "examples" / "openrlhf_cpu"
+CHECKOUT = HERE.parents[2]
+CPU_STANDINS = CHECKOUT / "examples" / "openrlhf_cpu"
 STANDINS = CPU_STANDINS / "standins"
 SHIMS = CPU_STANDINS / "shims"
 SCRIPT = Path(sys.executable).parent / "gmpo-openrlhf"
@@ -156,7 +158,7 @@ def run_gmpo_openrlhf(
     ray_temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(STANDINS), str(SHIMS)]),
+        "PYTHONPATH": os.pathsep.join([str(CHECKOUT), str(STANDINS), str(SHIMS)]),
         # the virtualenv's ninja first: DeepSpeed's JIT build cache is only reused by the same ninja version
         "PATH": os.pathsep.join([str(SCRIPT.parent), os.environ.get("PATH", "")]),
         "TORCHDYNAMO_DISABLE": "1",

@@ -37,7 +37,7 @@ from tests.openrlhf.e2e.invariance import (
     relative_difference,
     update,
 )
-from tests.openrlhf.e2e.runner import initial_weights
+from tests.openrlhf.e2e.runner import CHECKOUT, initial_weights
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1800)]
 TOLERANCE = 1e-4
@@ -111,4 +111,21 @@ def test_zero_stage_3_gives_the_zero_2_update(runs, fixtures):
     assert calls_per_rank(zero3) == {0: [2, 2]}
     difference = relative_difference(update(zero3, before), update(runs(mode, (1, 2)), before))
     print(f"gmpo token-mean, 2 micro-batches: ZeRO-3 vs ZeRO-2: {difference:.1e}")
+    assert difference < TOLERANCE
+
+
+def test_sapo_splits_give_the_same_update(fixtures, tmp_path_factory):
+    """A loss OpenRLHF lacks, through the real ``train_ppo_ray``: sapo (``--actor.loss_agg_mode
+    token-mean``, one of its reductions) with 4 micro-batches gives the 1-micro-batch update."""
+    before = initial_weights(fixtures["model"])
+    root = tmp_path_factory.mktemp("sapo-invariance")
+    reference = one_step(fixtures, root / "1x4", "sapo", "token-mean", 4)
+    split = one_step(fixtures, root / "1x1", "sapo", "token-mean", 1)
+    assert split.completions() == reference.completions()
+    assert calls_per_rank(split) == {0: [1] * 4}, split.loss_calls()
+    assert {call["policy_loss_type"] for call in split.loss_calls()} == {"sapo"}
+    assert {call["gmpo_plugins"] for call in split.loss_calls()} == {str(CHECKOUT / "gmpo_plugins" / "__init__.py")}
+    difference = relative_difference(update(split, before), update(reference, before))
+    print(f"sapo token-mean: 1 rank x 4 micro-batches: {difference:.1e}")
+    assert 0 < sum(float(t.abs().sum()) for t in update(reference, before).values())
     assert difference < TOLERANCE

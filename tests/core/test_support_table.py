@@ -1,0 +1,24 @@
+"""docs/losses.md shows ``python -m gmpo_plugins.adapters.support`` as it prints now, and the
+table follows the specs: a loss a framework ships is selected by its prefixed name there, a
+loss not linear in the advantages is refused through SkyRL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gmpo_plugins.adapters.support import cell, support_table
+from gmpo_plugins.core.registry import get_loss
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "losses.md"
+
+
+def test_the_docs_show_the_table():
+    assert support_table() in DOCS.read_text()
+
+
+def test_cells_follow_the_specs():
+    assert cell(get_loss("cispo"), "verl") == "native: cispo; `loss_mode=gmpo_plugins.cispo`"
+    assert cell(get_loss("cispo"), "openrlhf") == "`cispo`"
+    assert cell(get_loss("gspo"), "openrlhf") == "native: gspo; `gmpo_plugins.gspo`"
+    assert cell(get_loss("dro"), "skyrl") == "refused: not linear in the advantages, which SkyRL pre-scales"
+    assert "reduction=seq-mean-token-sum-norm" in cell(get_loss("dr_grpo"), "openrlhf")
