@@ -27,9 +27,11 @@ from tests.example_runs import example_in, processes_naming
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 # every vocabulary metric OpenRLHF logs for the example (train/kl is left out: kl_coef is 0)
-LOGGED = ("reward", "policy_loss", "grad_norm", "step_time")
-RESPONSES_PER_STEP = 4  # the example: 2 prompts x 2 responses, one optimiser step per RL step
-LEARNING_RATE = 10.0  # the example's, with adam_eps = 100: a step of (lr / eps) * g
+LOGGED = ("reward", "policy_loss", "grad_norm", "step_time")  # OpenRLHF's TensorBoard scalars
+# the registry loss's own metrics, from the side file the adapter writes (token-weighted over the RL step)
+SIDE_FILE = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+RESPONSES_PER_STEP = 4  # the example: 2 prompts x 2 responses, two epochs over them per RL step
+LEARNING_RATE = 100.0  # the example's, with adam_eps = 100: each step moves a weight by less than lr
 
 
 @dataclasses.dataclass
@@ -87,9 +89,11 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     # the spec's 3 steps, one record per OpenRLHF global step
     assert [record["step"] for record in result["records"]] == [1, 2, 3]
     for record in result["records"]:
-        assert set(record) == {"step", *LOGGED}
-        assert all(math.isfinite(record[name]) for name in LOGGED)
+        assert set(record) == {"step", *LOGGED, *SIDE_FILE}
+        assert all(math.isfinite(record[name]) for name in (*LOGGED, *SIDE_FILE))
         assert record["grad_norm"] > 0 and record["step_time"] > 0
+        assert 0 <= record["clip_frac_low"] <= 1 and 0 <= record["clip_frac_high"] <= 1
+        assert record["log_ratio_min"] <= 0 <= record["log_ratio_max"]  # the on-policy epoch's 0 inside the range
     report = (ran.out / "report.md").read_text()
     assert "Status: complete" in report and "| openrlhf | complete |" in report and "### grad_norm" in report
     assert "- precision: stock OpenRLHF accepts --ds.param_dtype bf16 or fp16 only" in report
