@@ -103,8 +103,8 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     calls = [
         json.loads(line) for line in (ran.out / "openrlhf" / "record" / "loss_calls.jsonl").read_text().splitlines()
     ]
-    # 3 steps x 2 micro-batches of 2 responses, every one in PolicyModelActor
-    assert [(call["actor_class"], call["rows"]) for call in calls] == [("PolicyModelActor", 2)] * 6
+    # 3 steps x 2 epochs x 1 micro-batch of 4 responses, every one in PolicyModelActor
+    assert [(call["actor_class"], call["rows"]) for call in calls] == [("PolicyModelActor", 4)] * 6
     assert {call["policy_loss_type"] for call in calls} == {"gmpo_plugins.gmpo"}
 
 
