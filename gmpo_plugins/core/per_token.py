@@ -10,10 +10,11 @@ Padding: each (B, T) input goes through ``where(mask, x, 0)`` before anything is
 from it, so whatever a masked position holds reaches neither the value nor the gradient
 (the gradient of ``where`` selects, it multiplies nothing by the padding's values).
 
-Non-finite values at valid positions: the log-ratio guard ``guard_log_ratio`` clamps finite
-values only, and ``finish_tokens`` adds ``nonfinite_probe``, a 0 that is NaN when a valid
-position of any input holds NaN or +-inf, so such an input always gives a non-finite loss,
-also where the formula itself would drop it (a ratio of e^-inf = 0 times a finite weight).
+Non-finite values at valid positions: the log-ratio guard is the shared ``clamp_or_nan``
+(finite values clamped, NaN and +-inf made NaN), and ``finish_tokens`` adds
+``nonfinite_probe``, a 0 that is NaN when a valid position of any input holds NaN or +-inf, so
+such an input always gives a non-finite loss, also where the formula does not read that input
+(gpg never reads old_log_probs).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, prepare, token_is_weights
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, prepare, token_is_weights
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, TOKEN_MEAN, TOKEN_SUM, masked_sum
 from gmpo_plugins.core.tail import eager_row_stats, finish, kl_rows
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
@@ -41,20 +42,13 @@ COMMON_DEFAULTS: dict[str, object] = {
 """The hyper-parameters every per-token loss takes besides its own: the KL term and the guard."""
 
 
-def guard_log_ratio(log_ratio: torch.Tensor, bound: float) -> torch.Tensor:
-    """``clamp(log_ratio, -bound, bound)`` where it is finite; NaN and +-inf pass unchanged
-    (the overflow guard of a later exp keeps finite inputs finite and lets non-finite ones
-    through)."""
-    return torch.where(torch.isfinite(log_ratio), log_ratio.clamp(-bound, bound), log_ratio)
-
-
 @dataclass
 class TokenBatch:
     """One micro-batch in compute dtype, every (B, T) tensor 0 at padding.
 
     log_probs   (B, T) log pi_theta, differentiable
     log_ratio   (B, T) log pi_theta - log pi_old (raw: non-finite valid values kept)
-    guarded     (B, T) ``log_ratio`` under ``guard_log_ratio``
+    guarded     (B, T) ``log_ratio`` clamped to +-log_ratio_bound (``clamp_or_nan``: NaN where not finite)
     advantages  (B, T) per token (a (B,) advantage broadcast; sequence-level losses: the
                 row's advantage on every valid token)
     weights     (B, T) rollout IS weights per token, or None
@@ -84,7 +78,7 @@ def token_batch(inputs: LossInputs, *, log_ratio_bound: float, sequence_level: b
     return TokenBatch(
         log_probs=torch.where(mask, p.log_probs, zero),
         log_ratio=p.log_ratio,
-        guarded=guard_log_ratio(p.log_ratio, log_ratio_bound),
+        guarded=clamp_or_nan(p.log_ratio, -log_ratio_bound, log_ratio_bound),
         advantages=torch.where(mask, advantages, zero),
         weights=None if weights is None else torch.where(mask, weights, zero),
         mask=mask,
