@@ -12,7 +12,8 @@ relative to the spec's folder::
     rollouts_per_prompt = 4               # responses sampled per prompt (the group, >= 2)
     prompts_per_step = 8                  # prompts per rollout batch (one RL step)
     mini_batch_size = 32                  # responses per optimiser step
-    micro_batch_size = 4                  # responses per forward/backward pass
+    micro_batch_size = 4                  # responses per forward/backward pass; default: the
+                                          # largest divisor of mini_batch_size up to 4
     epochs_per_batch = 1                  # passes over each rollout batch
     optimizer = "adamw"                   # adamw | sgd
     learning_rate = 1e-6                  # constant, no warm-up
@@ -65,6 +66,8 @@ DATASET_SUFFIXES = (".jsonl", ".parquet")
 DATASET_COLUMNS = ("prompt", "answer")
 # KL is a run setting (kl_coef, kl_estimator): frameworks add it in different places
 RUN_LEVEL_HPARAMS = {"kl_beta": "kl_coef", "kl_estimator": "kl_estimator"}
+DEFAULT_MINI_BATCH_SIZE = 32
+DEFAULT_MICRO_BATCH_SIZE = 4  # the most, when left out (default_micro_batch_size)
 
 
 class SpecError(ValueError):
@@ -87,8 +90,8 @@ class RunSpec:
     loss_hparams: Mapping[str, Any] = field(default_factory=dict)
     rollouts_per_prompt: int = 4
     prompts_per_step: int = 8
-    mini_batch_size: int = 32
-    micro_batch_size: int = 4
+    mini_batch_size: int = DEFAULT_MINI_BATCH_SIZE
+    micro_batch_size: int = DEFAULT_MICRO_BATCH_SIZE
     epochs_per_batch: int = 1
     optimizer: str = "adamw"
     learning_rate: float = 1e-6
@@ -214,6 +217,13 @@ def _check_dataset(path: Path) -> None:
         raise SpecError(f"dataset: {path.name} has no {' / '.join(missing)} column (every row needs prompt and answer)")
 
 
+def default_micro_batch_size(mini_batch_size: int) -> int:
+    """``micro_batch_size`` when the spec leaves it out: the largest divisor of
+    ``mini_batch_size`` that is at most ``DEFAULT_MICRO_BATCH_SIZE`` (4), so a spec that sets only
+    ``mini_batch_size`` (``--set mini_batch_size=2``) stays valid."""
+    return max(d for d in range(1, min(DEFAULT_MICRO_BATCH_SIZE, mini_batch_size) + 1) if mini_batch_size % d == 0)
+
+
 def _check_batches(spec: RunSpec) -> None:
     per_step = spec.responses_per_step
     if per_step % spec.mini_batch_size:
@@ -279,6 +289,8 @@ def spec_from_mapping(raw: Mapping[str, Any], base: Path) -> RunSpec:
         if key in values:
             values[key] = float(values[key])
     values["loss_hparams"] = dict(raw.get("loss_hparams", {}))
+    if "micro_batch_size" not in raw:
+        values["micro_batch_size"] = default_micro_batch_size(values.get("mini_batch_size", DEFAULT_MINI_BATCH_SIZE))
     spec = RunSpec(**values)
     _check_batches(spec)
     _check_loss(spec)

@@ -3,6 +3,9 @@ message starts with the key and says what was expected (checked before any train
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from gmpo_plugins.frameworks.spec import FIELDS, RunSpec, SpecError, load_spec
@@ -165,3 +168,19 @@ def test_adam_eps_defaults_to_adamws_and_is_read(write_spec):
 )
 def test_bad_adam_eps(write_spec, values, expected):
     assert error(write_spec, **values) == expected
+
+
+@pytest.mark.parametrize(("mini", "micro"), [(4, 4), (2, 2), (1, 1), (12, 4), (6, 3), (10, 2), (7, 1)])
+def test_micro_batch_size_left_out_is_the_largest_divisor_of_the_mini_batch_up_to_4(write_spec, mini, micro):
+    spec = load_spec(
+        write_spec(micro_batch_size=None, mini_batch_size=mini, prompts_per_step=mini, rollouts_per_prompt=2)
+    )
+    assert (spec.mini_batch_size, spec.micro_batch_size) == (mini, micro)
+
+
+def test_the_example_takes_a_smaller_mini_batch_without_a_micro_batch_setting(spec_dir):
+    example = Path(__file__).resolve().parents[2] / "examples" / "frameworks" / "tiny.toml"
+    shutil.copy(example, spec_dir / "tiny.toml")  # the folder has the model, prompts and reward it names
+    assert load_spec(spec_dir / "tiny.toml").micro_batch_size == 4
+    spec = load_spec(spec_dir / "tiny.toml", {"mini_batch_size": 2})
+    assert (spec.mini_batch_size, spec.micro_batch_size) == (2, 2)

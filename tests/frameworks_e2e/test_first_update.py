@@ -36,7 +36,6 @@ CHAINED = tolerance("float32", 2)  # two optimiser steps: 3e-5
 STD_AND_TWO_MINI_BATCHES = {
     **ONE_STEP,
     "mini_batch_size = 4": "mini_batch_size = 2",
-    "micro_batch_size = 4": "micro_batch_size = 2",
     "epochs_per_batch = 2": "epochs_per_batch = 1",
     "seed = 0": "seed = 1",  # TRL's shuffle under seed 0 happens to keep the rollout order's two mini-batches
 }
