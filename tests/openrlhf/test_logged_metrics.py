@@ -30,7 +30,8 @@ def core_metrics(actor, item):
     with torch.no_grad():
         log_probs = actor(item.sequences[None], item.action_mask[None], attention_mask=item.attention_mask[None])
     inputs = LossInputs(log_probs, item.action_log_probs[None], item.advantages[None], item.action_mask[None].bool())
-    return {key: float(value) for key, value in get_loss("gmpo")(inputs, BatchInfo(), eps_low=0.2, eps_high=0.2).metrics.items()}
+    out = get_loss("gmpo")(inputs, BatchInfo(), eps_low=0.2, eps_high=0.2)
+    return {key: float(value) for key, value in out.metrics.items()}
 
 
 def test_ppo_train_weighs_the_micro_batches_by_tokens_and_responses(tiny_openrlhf):

@@ -118,6 +118,6 @@ def patch_training_step(module: ModuleType) -> None:
     ``logging_training_step``; idempotent. A module without that method is left alone."""
     trainer = getattr(module, "ActorPPOTrainer", None)
     original = getattr(trainer, "training_step", None)
-    if original is None or getattr(original, _PATCHED, False):
+    if trainer is None or original is None or getattr(original, _PATCHED, False):
         return
-    trainer.training_step = logging_training_step(original)  # type: ignore[union-attr]
+    trainer.training_step = logging_training_step(original)
