@@ -10,7 +10,7 @@ afterwards every key k of the last call except ``policy_loss`` (which OpenRLHF l
 added to the returned dicts as ``gmpo/k``:
 
     key                                   weight     train/gmpo/k after ppo_train
-    seq_weight_mean, seq_weight_min/max   "sample"   sum_j n_j v_j / sum_j n_j,  n_j = responses
+    seq_weight_mean, seq_weight_min/max   "sample"   sum_j n_j v_j / sum_j n_j,  n_j = rows (responses)
     every other key (clip_frac_low,       "token"    sum_j t_j v_j / sum_j t_j,  t_j = valid tokens
       clip_frac_high, clip_frac, ppo_kl,
       log_ratio_min/max, nonfinite_tokens)
