@@ -56,10 +56,12 @@ count it was taken over. What each trainer gives to aggregate:
   epochs weighted by tokens (``policy_loss``) or samples, ``actor_grad_norm`` of its last
   optimiser step, ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
   ``timing/step_total`` the sum of its generation, experience, training and weight-broadcast
-  times. Of the loss's metrics its training step keeps only ``clip_ratio`` and ``ppo_kl``; the
-  others come from the side file the adapter writes when ``GMPO_PLUGINS_OPENRLHF_METRICS``
-  names one (``gmpo_plugins.adapters.openrlhf.metrics_file``): one line per micro-batch with
-  its valid-token count, aggregated here with token weights (``openrlhf_loss_records``).
+  times. The adapter adds the loss's metrics to OpenRLHF's log as ``train/gmpo/<key>``, reduced
+  by OpenRLHF's weighted means (a mean of the micro-batches' minima for ``log_ratio_min``:
+  ``gmpo_plugins.adapters.openrlhf.logged_metrics``); the reader takes them instead from the
+  side file the adapter writes when ``GMPO_PLUGINS_OPENRLHF_METRICS`` names one
+  (``gmpo_plugins.adapters.openrlhf.metrics_file``): one line per micro-batch with its
+  valid-token count, aggregated here as above (``openrlhf_loss_records``).
   OpenRLHF logs ``train/kl`` (0) without a reference model too: that is left out unless the
   spec's ``kl_coef`` is positive (``openrlhf_records(..., kl=False)``).
 

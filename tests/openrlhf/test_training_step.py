@@ -2,8 +2,9 @@
 
 The trainer is built from arguments parsed by gmpo-openrlhf's parser, so PolicyLoss is
 constructed by OpenRLHF's code (ppo_actor.py) from the flags. The logged ``policy_loss``,
-``ppo_clip_ratio`` and ``ppo_kl`` and the parameter gradients must equal the core's on the
-same actor forward (plus OpenRLHF's own KL-loss term where enabled).
+``ppo_clip_ratio`` and ``ppo_kl``, every other core metric under ``gmpo/`` with OpenRLHF's
+weight for it, and the parameter gradients must equal the core's on the same actor forward
+(plus OpenRLHF's own KL-loss term where enabled).
 """
 
 from __future__ import annotations
@@ -112,6 +113,17 @@ def test_training_step_logs_the_core_metrics_and_gradients(tiny_openrlhf, argv):
     assert abs(float(metrics["ppo_kl"]) - float(out.metrics["ppo_kl"])) <= 1e-6
     assert float(out.metrics["clip_frac"]) > 0 and float(out.metrics["policy_loss"]) != 0
     assert status["weights"]["ppo_clip_ratio"] == status["weights"]["ppo_kl"] == "token"
+    # every core metric but policy_loss (OpenRLHF's own) under gmpo/, per-sequence ones sample-weighted
+    logged = {key.removeprefix("gmpo/"): value for key, value in metrics.items() if key.startswith("gmpo/")}
+    assert set(logged) == set(out.metrics) - {"policy_loss"}
+    for key, value in logged.items():
+        assert abs(float(value) - float(out.metrics[key])) <= 1e-6, key
+        assert status["weights"]["gmpo/" + key] == ("sample" if key.startswith("seq_weight") else "token"), key
+    # fractions of the 25 valid tokens: whole token counts, low + high = both sides
+    low, high = float(logged["clip_frac_low"]) * 25, float(logged["clip_frac_high"]) * 25
+    assert abs(low - round(low)) <= 1e-4 and abs(high - round(high)) <= 1e-4 and round(low + high) > 0
+    assert abs(float(logged["clip_frac"]) * 25 - round(low) - round(high)) <= 1e-4
+    assert float(logged["log_ratio_min"]) < 0 < float(logged["log_ratio_max"])
     assert set(ref_grads) == set(strategy.last_grads)
     worst = max(float((ref_grads[n] - strategy.last_grads[n]).abs().max()) for n in ref_grads)
     assert worst <= 1e-6

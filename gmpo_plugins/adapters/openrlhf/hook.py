@@ -3,7 +3,9 @@
 ``install()`` patches ``openrlhf.models.loss.PolicyLoss`` now if that module is imported,
 otherwise the moment it is: a ``sys.meta_path`` finder wraps the module's loader and
 patches the class right after the module body runs, before ``openrlhf.models`` (and
-then ``ppo_actor``) copy the name. This module imports only the standard library: a
+then ``ppo_actor``) copy the name. ``openrlhf.trainer.ray.ppo_actor`` is patched the same
+way (``ActorPPOTrainer.training_step`` carries the registry loss's metrics to OpenRLHF's
+logger: ``logged_metrics``). This module imports only the standard library: a
 process that never imports OpenRLHF (or imports only parts that do not need
 ``openrlhf.models.loss``, such as vLLM engine actors) never loads deepspeed, torch or the
 trainer because of it.
@@ -31,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 TARGET = "openrlhf.models.loss"
+TRAINER = "openrlhf.trainer.ray.ppo_actor"
 HOOK = "gmpo_plugins.adapters.openrlhf.hook.setup_worker"
 KEY = "worker_process_setup_hook"
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # ray._private.runtime_env.constants
@@ -44,6 +47,16 @@ def _patch(module: ModuleType) -> None:
     _patch_actor()
 
 
+def _patch_trainer(module: ModuleType) -> None:
+    from gmpo_plugins.adapters.openrlhf.logged_metrics import patch_training_step
+
+    patch_training_step(module)
+
+
+PATCHES = {TARGET: _patch, TRAINER: _patch_trainer}
+"""Module name -> what patches it once its body has run."""
+
+
 def _patch_actor() -> None:
     """The opt-in hidden-state log-probs (``hidden_logprobs``) on ``Actor``, imported before
     ``openrlhf.models.loss`` by ``openrlhf.models``."""
@@ -53,27 +66,28 @@ def _patch_actor() -> None:
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    """The real loader of ``openrlhf.models.loss``, then the patch."""
+    """The real loader of a module of ``PATCHES``, then its patch."""
 
-    def __init__(self, inner: importlib.abc.Loader) -> None:
+    def __init__(self, inner: importlib.abc.Loader, patch: Any) -> None:
         self._inner = inner
+        self._patch = patch
 
     def create_module(self, spec):
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        _patch(module)
+        self._patch(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... of the real loader
         return getattr(self._inner, name)
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Finds ``openrlhf.models.loss`` through the other finders and wraps its loader."""
+    """Finds the modules of ``PATCHES`` through the other finders and wraps their loaders."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
+        if fullname not in PATCHES:
             return None
         for finder in sys.meta_path:
             if finder is self or isinstance(finder, _PostImportFinder) or not hasattr(finder, "find_spec"):
@@ -81,16 +95,19 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and not isinstance(spec.loader, _PatchingLoader):
-                    spec.loader = _PatchingLoader(spec.loader)
+                    spec.loader = _PatchingLoader(spec.loader, PATCHES[fullname])
                 return spec
         return None
 
 
 def _install_finder() -> None:
-    module = sys.modules.get(TARGET)
-    if module is not None:
-        _patch(module)
-    elif not any(isinstance(finder, _PostImportFinder) for finder in sys.meta_path):
+    for name, patch in PATCHES.items():  # the loss first: ppo_actor imports it
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(module)
+    if not all(name in sys.modules for name in PATCHES) and not any(
+        isinstance(finder, _PostImportFinder) for finder in sys.meta_path
+    ):
         sys.meta_path.insert(0, _PostImportFinder())
 
 

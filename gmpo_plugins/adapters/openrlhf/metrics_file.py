@@ -4,10 +4,10 @@ file named by ``GMPO_PLUGINS_OPENRLHF_METRICS`` (nothing is written without it):
     {"rank": r, "tokens": valid tokens, "sequences": rows with a valid token,
      "metrics": {core metric key: value}}
 
-OpenRLHF's training step keeps only the loss's ``clip_ratio`` and ``ppo_kl`` of the 5-tuple its
-``PolicyLoss`` returns; the other metrics (clip fractions per side, log-ratio range, sequence
-weights) reach its logger only through a change to its training step. This file carries them
-with the counts they were taken over, so a reader aggregates them exactly
+OpenRLHF's logger shows these metrics too, as ``train/gmpo/<key>`` (``logged_metrics``), but
+reduced by OpenRLHF's weighted means over micro-batches, ranks and optimiser steps, which cannot
+give a minimum or maximum. This file carries them with the counts they were taken over, so a
+reader aggregates them exactly, extrema included
 (``gmpo_plugins.frameworks.metrics.openrlhf_loss_records``). Writing it reads every metric to
 the host once per micro-batch; leave the variable unset for training runs.
 """

@@ -1,7 +1,9 @@
 """``gmpo-plugins frameworks SPEC --frameworks openrlhf``: OpenRLHF's own trainer (gmpo-openrlhf, with the
 CPU stand-ins of examples/openrlhf_cpu where there is no GPU) trains the example spec in fp32 in a
 subprocess; OpenRLHF's TensorBoard metrics come back per RL step in the run's vocabulary, the reward
-being the spec's reward over the completions the rollout engine generated; the actor's weights after
+being the spec's reward over the completions the rollout engine generated; OpenRLHF's own logger shows
+the registry loss's metrics as ``train/gmpo/<key>``, its token-weighted means of the adapter's side
+file's micro-batches; the actor's weights after
 the first optimiser step are one Adam step away from the initial model; a run that fails leaves an
 incomplete report and no process of its Ray instance behind."""
 
@@ -106,6 +108,39 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     # 3 steps x 2 epochs x 1 micro-batch of 4 responses, every one in PolicyModelActor
     assert [(call["actor_class"], call["rows"]) for call in calls] == [("PolicyModelActor", 4)] * 6
     assert {call["policy_loss_type"] for call in calls} == {"gmpo_plugins.gmpo"}
+
+
+def test_openrlhfs_logger_shows_the_loss_metrics_as_token_weighted_means_of_the_micro_batches(ran):
+    from gmpo_plugins.frameworks.scalars import scalars
+
+    logged = scalars(ran.out / "openrlhf" / "tensorboard")
+    side_file = (ran.out / "openrlhf" / "loss_metrics.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in side_file if line.strip()]
+    assert len(entries) == 6  # 3 RL steps x 2 epochs x 1 micro-batch, one rank
+    records = json.loads((ran.out / "records.json").read_text())["runs"]["openrlhf"]["records"]
+    for step, record in enumerate(records, start=1):
+        first, second = entries[2 * step - 2 : 2 * step]  # the two epochs over the step's 4 responses
+        assert first["tokens"] == second["tokens"] > 0 and first["sequences"] == second["sequences"] == 4
+        value = {key: dict(map(tuple, logged[f"train/gmpo/{key}"]))[step] for key in (*SIDE_FILE, "seq_weight_mean")}
+        for key in SIDE_FILE:  # OpenRLHF's token weights: t_1 v_1 + t_2 v_2 over t_1 + t_2 (here t_1 = t_2)
+            expected = (first["tokens"] * first["metrics"][key] + second["tokens"] * second["metrics"][key]) / (
+                first["tokens"] + second["tokens"]
+            )
+            assert value[key] == pytest.approx(expected, rel=1e-5, abs=1e-6), (step, key)
+        assert value["seq_weight_mean"] == pytest.approx(
+            (first["metrics"]["seq_weight_mean"] + second["metrics"]["seq_weight_mean"]) / 2, rel=1e-5, abs=1e-6
+        )
+        assert record["clip_frac_low"] == pytest.approx(value["clip_frac_low"], rel=1e-5, abs=1e-6)
+        # the record keeps the step's extremum (side file), OpenRLHF the mean of the epochs' extrema, which
+        # differ: the first epoch is on-policy, the second is not
+        minima = (first["metrics"]["log_ratio_min"], second["metrics"]["log_ratio_min"])
+        maxima = (first["metrics"]["log_ratio_max"], second["metrics"]["log_ratio_max"])
+        assert record["log_ratio_min"] == pytest.approx(min(minima), rel=1e-6)
+        assert record["log_ratio_max"] == pytest.approx(max(maxima), rel=1e-6)
+        assert record["log_ratio_min"] < value["log_ratio_min"] < 0 < value["log_ratio_max"] < record["log_ratio_max"]
+    assert sum(point[1] for point in logged["train/gmpo/clip_frac_high"]) > 0  # the clip acted
+    assert logged["train/gmpo/clip_frac"] == logged["train/ppo_clip_ratio"]  # OpenRLHF's own, the same reduction
+    assert "train/gmpo/policy_loss" not in logged and "train/policy_loss" in logged
 
 
 def spec_rewards(ran: Ran) -> list[float]:
