@@ -50,8 +50,8 @@ def run_example(folder: Path, translate=None) -> Ran:
     ray_dirs, runs = [], []
     place, run_launch = runner.local_launch, runner.run_launch
 
-    def placing(launch, python, folder):
-        local = place(launch, python, folder)
+    def placing(launch, python, folder, *args):
+        local = place(launch, python, folder, *args)
         ray_dirs.append(local.ray_dir)
         return local
 
