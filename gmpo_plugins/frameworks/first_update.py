@@ -119,6 +119,7 @@ import torch
 from gmpo_plugins.frameworks.launch import Launch
 
 TOLERANCE = 1e-5
+REAL_DIFFERENCE = 1e-4  # the smallest real difference: a verdict only where the tolerance stays below it
 PROPORTIONAL = "proportional"  # SGD, or AdamW with eps far above every gradient entry: rel, the largest entry
 SIGN_LIKE = "sign-like"  # AdamW with eps far below every gradient entry: rel2, the norm
 PROPORTIONAL_EPS = 1.0
@@ -158,9 +159,9 @@ class FirstUpdateError(RuntimeError):
 
 @dataclass(frozen=True)
 class PairComparison:
-    """One pair of frameworks: ``rel`` or ``rel2`` (module docstring, by ``kind``: ``comparison``), the
-    tolerance (None: no verdict, not float32 or no kind), the step-1 rewards, and the named
-    behaviours that differ between the two."""
+    """One pair of frameworks after optimiser step ``step`` of the first RL step: ``rel`` or ``rel2``
+    (module docstring, by ``kind``: ``comparison``), the tolerance (None: no verdict, not float32 or
+    no kind), the step-1 rewards, and the named behaviours that differ between the two."""
 
     first: str
     second: str
@@ -170,10 +171,18 @@ class PairComparison:
     causes: tuple[str, ...]
     kind: str | None = PROPORTIONAL
 
+    step: int = 1
+
+    @property
+    def resolves(self) -> bool:
+        """Whether the tolerance separates rounding from a real difference: below ``REAL_DIFFERENCE``."""
+        return self.tolerance is not None and self.tolerance < REAL_DIFFERENCE
+
     @property
     def identical(self) -> bool | None:
-        """True within the tolerance, False beyond it, None without a tolerance."""
-        return None if self.tolerance is None else self.rel <= self.tolerance
+        """True within the tolerance, False beyond it, None without a tolerance or where it does
+        not resolve a real difference (``resolves``)."""
+        return self.rel <= self.tolerance if self.resolves and self.tolerance is not None else None
 
     @property
     def same_rewards(self) -> bool | None:
@@ -321,9 +330,42 @@ def compare_pair(
     norm = 2.0 if kind == SIGN_LIKE else math.inf
     rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b), norm)
     rewards = (step_one_reward(records_a), step_one_reward(records_b))
-    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps, kind), rewards, (), kind)
+    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps, kind), rewards, (), kind, optimiser_steps)
     differ = None if pair.same_rewards is None else not pair.same_rewards
     named = causes(launches[first], launches[second], differ)
     if not named and pair.same_rewards and pair.identical is False:
         named = tuple(filter(None, [clip_difference(records_a, records_b)]))
     return dataclasses.replace(pair, causes=named)
+
+
+def compare_steps(
+    initial: Mapping[str, torch.Tensor],
+    runs: Mapping[str, tuple[Sequence[str], Sequence[Mapping[str, float]]]],
+    launches: Mapping[str, Launch],
+    dtype: str,
+    kind: str | None = PROPORTIONAL,
+) -> list[PairComparison]:
+    """Every pair of ``runs`` (in their order) after each optimiser step k of the first RL step, by
+    step: ``runs`` maps a framework to the files of its parameters after steps 1..K (the same K
+    for all) and its per-step records; after step k the tolerance is that of k chained steps."""
+    names = list(runs)
+    counts = {len(files) for files, _ in runs.values()}
+    if len(counts) != 1 or 0 in counts:
+        raise FirstUpdateError(f"the runs saved different numbers of optimiser steps ({sorted(counts)})")
+    (steps,) = counts
+    pairs = []
+    for k in range(1, steps + 1):
+        at_k = {name: (files[k - 1], records) for name, (files, records) in runs.items()}
+        pairs += [
+            compare_pair(initial, at_k, launches, first, second, dtype, k, kind)
+            for i, first in enumerate(names)
+            for second in names[i + 1 :]
+        ]
+    return pairs
+
+
+def overall(pairs: Sequence[PairComparison]) -> bool | None:
+    """The per-step verdicts together: False where one pair differs, True where every verdict given
+    is identical, None where no step has a verdict."""
+    verdicts = [pair.identical for pair in pairs if pair.identical is not None]
+    return None if not verdicts else all(verdicts)
