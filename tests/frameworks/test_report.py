@@ -191,3 +191,49 @@ def test_unreadable_parameters_are_not_compared(tmp_path, write_spec, spec_dir):
     write_report(tmp_path, "run.toml", spec, runs, LAUNCHES)
     report = (tmp_path / "report.md").read_text()
     assert f"(not compared: {tmp_path / 'trl.pt'}: cannot be read (" in report
+
+
+def test_every_optimiser_step_has_its_table_and_the_overall_verdict_is_theirs(tmp_path, write_spec, spec_dir):
+    """Four optimiser steps, verl at w[0] = 0.5 after each, trl 2^-e further (e = -, 17, 15, 14):
+    rel 0, 127 / (128 * 65537), 511 / (512 * 16385), 1023 / (1024 * 8193) (tests/frameworks/
+    test_first_update.py), against (2^k - 1) * 1e-5; step 4's 1.5e-4 reaches a real difference."""
+    from safetensors.torch import save_file
+
+    save_file(THETA0, str(spec_dir / "model" / "model.safetensors"))
+    spec = load_spec(write_spec(dtype="float32", advantage_std_norm=False, adam_eps=100.0))
+    launches = [
+        Launch(name, ("python3",), differences=translator.differences(spec))
+        for name, translator in (("verl", verl_translator), ("trl", trl_translator))
+    ]
+    files: dict[str, list[str]] = {"verl": [], "trl": []}
+    for k, further in enumerate((0.0, 2**-17, 2**-15, 2**-14), start=1):
+        for name, w0 in (("verl", 0.5), ("trl", 0.5 + further)):
+            torch.save({"w": torch.tensor([w0, 1.0]), "b": torch.tensor([-2.0])}, tmp_path / f"{name}_{k}.pt")
+            files[name].append(str(tmp_path / f"{name}_{k}.pt"))
+    runs = [
+        FrameworkRun(name, True, 1.0, [{"step": 1, "reward": 0.5}], step_params=tuple(files[name]))
+        for name in ("verl", "trl")
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_report(out, "run.toml", spec, runs, launches)
+    report = (out / "report.md").read_text()
+    assert "Overall: identical (every optimiser step with a verdict)" in report
+    rows = [
+        "| verl / trl | proportional | 0.00e+00 | 1e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 1.51e-05 | 3e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 6.09e-05 | 7e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 1.22e-04 | 0.00015 | no verdict (the tolerance reaches a real difference, "
+        "0.0001) | 0.5 |  |",
+    ]
+    for k, row in enumerate(rows, start=1):
+        table = f"### Optimiser step {k} of 4\n\n{HEADER}\n|---|---|---|---|---|---|---|\n{row}\n"
+        assert table in report
+    records = json.loads((out / "records.json").read_text())
+    assert [(r["optimiser_step"], r["identical"]) for r in records["first_update"]] == [
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, None),
+    ]
+    assert records["first_update_identical"] is True
