@@ -11,7 +11,6 @@ import runpy
 import sys
 
 import optimiser_steps
-
 from trl import GRPOTrainer
 
 from trl_cpu.rollout import seeded_rollout

@@ -330,7 +330,8 @@ def compare_pair(
     norm = 2.0 if kind == SIGN_LIKE else math.inf
     rel = relative_difference(initial, load_parameters(path_a), load_parameters(path_b), norm)
     rewards = (step_one_reward(records_a), step_one_reward(records_b))
-    pair = PairComparison(first, second, rel, tolerance(dtype, optimiser_steps, kind), rewards, (), kind, optimiser_steps)
+    bound = tolerance(dtype, optimiser_steps, kind)
+    pair = PairComparison(first, second, rel, bound, rewards, (), kind, optimiser_steps)
     differ = None if pair.same_rewards is None else not pair.same_rewards
     named = causes(launches[first], launches[second], differ)
     if not named and pair.same_rewards and pair.identical is False:

@@ -1,7 +1,8 @@
 """The report of a run: ``report.md`` (status, the first RL step compared between every pair of
-frameworks after each of its optimiser steps, ``steps.png`` with one line per framework per metric, a per-step table per metric,
-differences) and ``records.json`` (every framework's records, in the ``metrics`` vocabulary, and
-the first-RL-step comparisons, one per pair and optimiser step, with their overall verdict).
+frameworks after each of its optimiser steps, ``steps.png`` with one line per framework per
+metric, a per-step table per metric, differences) and ``records.json`` (every framework's
+records, in the ``metrics`` vocabulary, and the first-RL-step comparisons, one per pair and
+optimiser step, with their overall verdict).
 
 A framework whose trainer failed or was stopped is listed as incomplete with the end of its
 output; the other frameworks' results are kept. The report is marked incomplete when any

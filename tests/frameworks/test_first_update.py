@@ -11,11 +11,11 @@ import torch
 
 from gmpo_plugins.frameworks.first_update import (
     PROPORTIONAL,
+    REAL_DIFFERENCE,
     SIGN_LIKE,
     TOLERANCE,
     FirstUpdateError,
     PairComparison,
-    REAL_DIFFERENCE,
     causes,
     clip_difference,
     compare_pair,
