@@ -77,7 +77,8 @@ def first_updates(
     by_name = {launch.framework: launch for launch in launches}
     try:
         initial = initial_parameters(spec.model)
-        pairs = compare_steps(initial, saved, by_name, spec.dtype, comparison(spec.optimizer, spec.adam_eps))
+        kind = comparison(spec.optimizer, spec.adam_eps)
+        pairs = compare_steps(initial, saved, by_name, spec.dtype, kind, spec.learning_rate, spec.weight_decay)
     except FirstUpdateError as exc:
         return [], f"not compared: {exc}"
     return pairs, ""
@@ -158,10 +159,12 @@ COMPARISONS = {
     "largest entry of the difference over the largest entry of the update; a rounding difference stays "
     "proportional to the gradient and at most doubles per chained step",
     SIGN_LIKE: "AdamW with eps 1e-8, the setting all four trainers share (step nearly lr * sign): the norm of "
-    "the difference over the norm of the update; Adam divides each coordinate by its own gradient's size, so a "
-    "relative rounding error moves a step by at most 1.3 times itself, while a coordinate whose gradient "
-    "cancels to its rounding may flip sign (the largest entry does not resolve it); an overall scale of the "
-    "gradient is not seen",
+    "the difference over the norm of the update, over the coordinates whose first gradient is at least 1000 eps "
+    "in both runs (their first step reaches 0.999 lr; a gradient near eps makes a step that its rounding moves by "
+    "up to lr * rounding / eps); Adam divides each coordinate by its own gradient's size, so a relative rounding "
+    "error moves a step by at most 1.3 times itself over two steps, while a coordinate whose gradient cancels "
+    "to its rounding may flip sign (the largest entry does not resolve it); an overall scale of the gradient is "
+    "not seen",
     None: "AdamW with an eps between the two settings: no derivation holds, no verdict",
 }
 
