@@ -21,6 +21,7 @@ from gmpo_plugins.frameworks.first_update import (
     compare_pair,
     compare_steps,
     comparison,
+    gradient_well_above_eps,
     initial_parameters,
     load_parameters,
     overall,
@@ -342,3 +343,39 @@ def test_runs_that_saved_different_numbers_of_steps_are_not_compared(tmp_path):
     runs = {"verl": ([str(tmp_path / "a.pt")] * 2, []), "trl": ([str(tmp_path / "a.pt")], [])}
     with pytest.raises(FirstUpdateError, match=r"^the runs saved different numbers of optimiser steps \(\[1, 2\]\)$"):
         compare_steps(THETA0, runs, {"verl": launch("verl"), "trl": launch("trl")}, "float32")
+
+
+def test_the_sign_like_coordinates_are_those_whose_first_adamw_step_reaches_0_999_lr():
+    # lr 0.5, no weight decay: u = (θ_0 - θ_1) / lr; w[0] 0 -> -0.5: |u| = 1 (|g| >> eps), kept;
+    # w[1] unmoved: u = 0 (no gradient); b -2 -> -1.75: |u| = 0.5 (|g| = eps), dropped
+    first = params(w=[-0.5, 1.0], b=[-1.75])
+    kept = gradient_well_above_eps(THETA0, first, first, 0.5)
+    assert kept.tolist() == [False, True, False]  # flattened in name order: b, w[0], w[1]
+    # 1000 / 1001 = 0.999000999 of lr is the edge: b at 0.9990 lr is dropped, 0.9991 lr kept
+    assert gradient_well_above_eps(THETA0, first, params(w=[-0.5, 1.0], b=[-2.0 + 0.4995]), 0.5).sum() == 1
+    both = params(w=[-0.5, 1.0], b=[-2.0 + 0.49955])
+    assert gradient_well_above_eps(THETA0, both, both, 0.5).tolist() == [True, True, False]
+    # AdamW's decoupled decay first: θ_1 = θ_0 (1 - lr wd) - lr u; wd 0.1 at lr 0.5 scales w[1] = 1 by 0.95
+    decayed = params(w=[-0.5, 0.95], b=[-2.0 * 0.95 + 0.5])  # b: u = -1, w[1]: u = 0
+    assert gradient_well_above_eps(THETA0, decayed, decayed, 0.5, 0.1).tolist() == [True, True, False]
+    with pytest.raises(FirstUpdateError, match=r"^no parameter's first step reaches 0\.999001 of the learning rate 5"):
+        gradient_well_above_eps(THETA0, first, first, 5.0)  # another learning rate: nothing reaches it
+
+
+def test_the_sign_like_comparison_of_every_step_is_over_the_step_one_coordinates(tmp_path):
+    # step 1 (lr 0.5): both move w[0] by -0.5 (kept) and b by 0.25 (|u| = 0.5: dropped)
+    # step 2: w[0] at -1.0 and -1.0078125, b at -1.5 and -1.0 (a large difference, outside S)
+    # rel2 over {w[0]}: (2^-7 - ulp(1.0078125) = 2^-23) / 1.0078125
+    steps = {
+        "verl": (params(w=[-0.5, 1.0], b=[-1.75]), params(w=[-1.0, 1.0], b=[-1.5])),
+        "trl": (params(w=[-0.5, 1.0], b=[-1.75]), params(w=[-1.0078125, 1.0], b=[-1.0])),
+    }
+    runs = {}
+    for name, saved in steps.items():
+        for k, state in enumerate(saved, start=1):
+            torch.save(state, tmp_path / f"{name}_{k}.pt")
+        runs[name] = ([str(tmp_path / f"{name}_{k}.pt") for k in (1, 2)], [])
+    launches = {"verl": launch("verl"), "trl": launch("trl")}
+    first, second = compare_steps(THETA0, runs, launches, "float32", SIGN_LIKE, 0.5)
+    assert (first.step, first.rel, first.identical) == (1, 0.0, True)
+    assert second.rel == pytest.approx((2**-7 - 2**-23) / 1.0078125, rel=1e-12) and second.identical is False
