@@ -11,8 +11,8 @@ a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts i
 groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
 Metrics are read back from what the trainer logged (``metrics``; OpenRLHF's TensorBoard
 events through ``scalars``, run with OpenRLHF's interpreter, which has tensorboard), and the
-parameters after the first optimiser step from where the stand-ins left them (``standins``,
-``first_update``).
+parameters after each optimiser step of the first RL step from where the stand-ins left them
+(``standins``, ``first_update``).
 
 Runnable here (``RUNNABLE``): ``trl`` (on CPU as it is; with the seeded rollout of
 ``examples/trl_cpu`` where its interpreter sees no GPU), ``verl``, ``openrlhf`` and ``skyrl`` (on

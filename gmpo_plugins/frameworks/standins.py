@@ -49,7 +49,7 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
 
 Every CPU rollout stand-in samples with ``examples/seeded_generation.py`` (seed from the prompt's
 token ids and the sample's index for that prompt), so frameworks that hold the same weights draw
-the same responses, and each leaves the parameters after the first optimiser step in its
+the same responses, and each leaves the parameters after the first RL step in its
 folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
 receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
 (``record/engine_weights_1.pt``), TRL's callback the model after the last optimiser step of RL step 1
