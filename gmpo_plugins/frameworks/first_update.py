@@ -64,7 +64,8 @@ follows the gradient's size again, and its rounding error δg_1 moves it by up t
 ``lr * δg_1 / eps``: a gradient of 2e-8 rounded by 1e-10 moves it by 5e-3 lr. In the example 17% of
 the coordinates have |g_1| < 1000 eps (embedding and output rows of tokens the batch barely
 touches); after step 1 (``tiny_adam.toml``) the norm of the difference over all coordinates
-(``rel2`` below, S all) is 1e-5 to 2e-5 of the update's, and 3e-8 without them. So the sign-like comparison takes the norm over the coordinates
+(``rel2`` below, S all) is 1e-5 to 2e-5 of the update's, and 3e-8 without them. So the
+sign-like comparison takes the norm over the coordinates
 whose first gradient is well above eps in both runs (``gradient_well_above_eps``), read from the
 first step itself, AdamW's ``θ_1 = θ_0 (1 - lr wd) - lr * g_1 / (|g_1| + eps)``::
 
@@ -74,7 +75,8 @@ first step itself, AdamW's ``θ_1 = θ_0 (1 - lr wd) - lr * g_1 / (|g_1| + eps)`
 
 and its tolerance is derived per coordinate, relative to the coordinate's own gradient. Over S,
 sqrt(v̂_k) >= sqrt(b_1) |g_1| is at least C eps / sqrt(k) at every step k, so eps changes no step
-by more than sqrt(k) / C of it, and Adam's step is homogeneous of degree 0 in each coordinate's gradients (g_1 .. g_k scaled together leave
+by more than sqrt(k) / C of it, and Adam's step is homogeneous of degree 0 in each
+coordinate's gradients (g_1 .. g_k scaled together leave
 it unchanged), so only relative gradient errors e_j = δg_j / g_j move it, and by their
 sensitivities (beta1 0.9, beta2 0.999): the first step by ``eps |g_1| / (|g_1| + eps)^2 * e_1``
 (at most e_1 / C over S; e_1 / 4 at |g_1| = eps, outside it); the second, ``m̂_2 / sqrt(v̂_2)`` with
