@@ -397,8 +397,9 @@ def openrlhf_e2e(session: nox.Session) -> None:
 def frameworks_e2e(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's own trainers side by side
     (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
-    (run first: `requires`): the first RL step (two optimiser steps, the clip acting) identical across
-    verl, OpenRLHF and TRL for gmpo and for gspo under the large-eps AdamW, and between SkyRL and TRL
+    (run first: `requires`): the first RL step (two optimiser steps, the clip acting), compared after
+    each optimiser step, identical across verl, OpenRLHF and TRL for gmpo and for gspo under the
+    large-eps AdamW, and between SkyRL and TRL
     under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute), TRL's advantage epsilon
     and the mini-batch order named, a clip bound flipped in one framework named by its clip fractions.
     Nothing is installed here; the four virtualenvs are removed once it passes."""

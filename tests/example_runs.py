@@ -75,3 +75,23 @@ def processes_naming(*texts: str) -> list[int]:
         if any(text in cmdline for text in texts) and int(entry.name) != os.getpid():
             found.append(int(entry.name))
     return found
+
+
+# the file each trainer's sync left after RL step 1: the parameters after its last optimiser step
+SYNCED = {
+    "verl": "weights/weights_0_1.pt",
+    "openrlhf": "record/engine_weights_1.pt",
+    "trl": "first_update.pt",
+    "skyrl": "params_step1.pt",
+}
+
+
+def assert_last_step_is_the_synced_one(out, frameworks, steps: int) -> None:
+    """The parameters a stand-in's hook saved after the last optimiser step are, to the bit, those the
+    trainer's own weight sync handed its rollout engine: the hook reads what the trainer trains."""
+    for framework in frameworks:
+        saved = torch.load(out / framework / "optimiser_steps" / f"step_{steps}.pt")
+        synced = torch.load(out / framework / SYNCED[framework])
+        synced = synced.get("state_dict", synced)
+        assert sorted(saved) == sorted(synced), framework
+        assert all(torch.equal(saved[name], synced[name].float()) for name in saved), framework

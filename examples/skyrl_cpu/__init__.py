@@ -2,7 +2,9 @@
 of the gmpo-plugins package). Each replaces one piece that needs CUDA or vLLM:
 
     workers            FSDP policy/ref workers on gloo and a CPU mesh, no CUDA calls
-                       (RayPPOTrainer.build_models' worker classes; a few torch.cuda patches)
+                       (RayPPOTrainer.build_models' worker classes; a few torch.cuda patches);
+                       with GMPO_CPU_STEP_PARAMS, the parameters after each optimiser step of
+                       RL step 1 (Optimizer.register_step_post_hook, ../optimiser_steps.py)
     engine             HF inference engine (Ray actor), SkyRL inference-client interface and a
                        seeded one-turn generator (BasePPOExp.get_inference_client/get_generator),
                        sampling with examples/seeded_generation.py

@@ -20,7 +20,14 @@ subclasses SkyRL's ``FSDPPolicyWorkerBase`` and, in its own Ray process only:
 - with ``SKYRL_CPU_OPTIMIZER=sgd`` in the environment, the AdamW that SkyRL's strategy builds
   is replaced by plain SGD with the same learning rate (and a constant schedule), so that one
   step moves the parameters by ``-lr * gradient``: tests compare parameters after a step, and
-  Adam's first step ``lr * g / |g|`` would hide a wrongly scaled gradient.
+  Adam's first step ``lr * g / |g|`` would hide a wrongly scaled gradient;
+- with ``GMPO_CPU_STEP_PARAMS`` in the environment (``examples/optimiser_steps.py``), the
+  parameters after each optimiser step of RL step 1: SkyRL syncs its inference engine once per
+  RL step, after the step's last optimiser step, so the steps before it are seen nowhere else.
+  The hook is torch's own ``Optimizer.register_step_post_hook`` on the optimiser the worker
+  steps (SkyRL's, or the SGD above), and the parameters are taken the way SkyRL's weight sync
+  takes them, from the worker's ``weight_extractor`` (full tensors gathered from the FSDP2
+  shards, Hugging Face names) in float32, on every rank, written by rank 0.
 
 The loss, micro-batching, advantage pre-scaling, FSDP2 sharding, gradient all-reduce, clipping
 and the weight sync are SkyRL's.
@@ -32,6 +39,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import optimiser_steps
 import ray
 import torch
 
@@ -112,6 +120,20 @@ def _worker_classes():
                 lr = self.cfg.policy.optimizer_config.lr
                 self.optimizer = torch.optim.SGD(params, lr=lr)
                 self.scheduler = torch.optim.lr_scheduler.ConstantLR(self.optimizer, factor=1.0, total_iters=0)
+            self._optimiser_steps = 0
+            if os.environ.get(optimiser_steps.DIR_ENV):
+                self.optimizer.register_step_post_hook(self.save_step_params)
+
+        def save_step_params(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+            """After optimiser step n of the run: the parameters through ``optimiser_steps.save``."""
+            self._optimiser_steps += 1
+            if optimiser_steps.wanted(self._optimiser_steps):
+                params = (
+                    (name, tensor)
+                    for chunk in self.weight_extractor.extract_weights(torch.float32)
+                    for name, tensor in zip(chunk.names, chunk.tensors, strict=True)
+                )
+                optimiser_steps.save(params, self._optimiser_steps, write=torch.distributed.get_rank() == 0)
 
     class CPURefWorker(CPUWorkerMixin, FSDPRefWorkerBase):
         """SkyRL's FSDP reference worker on gloo and the CPU (module docstring)."""

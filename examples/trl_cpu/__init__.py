@@ -7,7 +7,8 @@ first rollout as verl, OpenRLHF and SkyRL on their stand-ins:
     rollout    ``seeded_rollout``: GRPOTrainer's ``rollout_func`` (TRL's own hook for custom
                generation), one seeded sample per prompt of the batch
     weights    ``FirstUpdateWeights``: a TrainerCallback that saves the parameters after the
-               first RL step (its last optimiser step on the first generation batch)
+               first RL step (its last optimiser step on the first generation batch);
+               ``StepWeights`` after each optimiser step of it (``examples/optimiser_steps.py``)
     launch     ``python -m trl_cpu SCRIPT [ARGS]``: runs a training script (the one
                ``gmpo-plugins frameworks`` writes) with both added to every GRPOTrainer
 

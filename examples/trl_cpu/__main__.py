@@ -1,6 +1,7 @@
 """``python -m trl_cpu SCRIPT [ARGS]``: run a TRL training script with every GRPOTrainer given the
 seeded ``rollout_func`` and, with ``TRL_CPU_FIRST_UPDATE=<file>`` in the environment, the
-``FirstUpdateWeights`` callback (package docstring)."""
+``FirstUpdateWeights`` callback, with ``GMPO_CPU_STEP_PARAMS=<dir>`` the ``StepWeights`` callback
+(package docstring)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import os
 import runpy
 import sys
 
+import optimiser_steps
 from trl import GRPOTrainer
 
 from trl_cpu.rollout import seeded_rollout
-from trl_cpu.weights import FirstUpdateWeights
+from trl_cpu.weights import FirstUpdateWeights, StepWeights
 
 FIRST_UPDATE_ENV = "TRL_CPU_FIRST_UPDATE"
 
@@ -28,6 +30,8 @@ def install() -> None:
         callbacks = list(callbacks or [])
         if os.environ.get(FIRST_UPDATE_ENV):
             callbacks.append(FirstUpdateWeights(os.environ[FIRST_UPDATE_ENV]))
+        if os.environ.get(optimiser_steps.DIR_ENV):
+            callbacks.append(StepWeights())
         original(self, *args, rollout_func=seeded_rollout, callbacks=callbacks, **kwargs)
 
     GRPOTrainer.__init__ = __init__

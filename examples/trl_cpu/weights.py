@@ -1,10 +1,12 @@
-"""``FirstUpdateWeights``: save the model's parameters after the first RL step's optimiser steps."""
+"""``FirstUpdateWeights``: save the model's parameters after the first RL step's optimiser steps;
+``StepWeights``: after each of them (``examples/optimiser_steps.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import optimiser_steps
 import torch
 from transformers import TrainerCallback
 
@@ -34,3 +36,15 @@ class FirstUpdateWeights(TrainerCallback):
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(weights, self.path)
+
+
+class StepWeights(TrainerCallback):
+    """At the end of each optimiser step (``on_step_end``: after ``optimizer.step()``, the
+    scheduler's step and ``zero_grad``; ``state.global_step`` counts the optimiser steps from 1),
+    the model's parameters (Hugging Face names, the state dict's tensors) through
+    ``optimiser_steps.save``, which keeps those of RL step 1's optimiser steps."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is None or not optimiser_steps.wanted(state.global_step):
+            return
+        optimiser_steps.save(model.state_dict().items(), state.global_step, write=state.is_world_process_zero)

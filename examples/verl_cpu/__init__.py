@@ -6,7 +6,10 @@ Each replaces one piece that needs CUDA, vLLM or SGLang, through verl's extensio
     cpu_platform CPU platform          verl.plugin.platform PlatformRegistry ("cpu")
     rollout    HF ``generate`` server   RolloutReplicaRegistry ("hf") + worker-side BaseRollout
     workers    gloo process group       ActorRolloutRefWorker.actor_worker_cls and
-                                        run_ppo(config, task_runner_class=CPUTaskRunner)
+                                        run_ppo(config, task_runner_class=CPUTaskRunner);
+               with GMPO_CPU_STEP_PARAMS, the parameters after each optimiser step of RL step 1
+                                        (Optimizer.register_step_post_hook,
+                                        ../optimiser_steps.py)
     assets     tiny Qwen2, tokenizer, parquet data and reward built locally
     launch     ``python -m verl_cpu [overrides]``: verl's trainer with the stand-ins
 

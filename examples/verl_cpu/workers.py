@@ -11,6 +11,15 @@ Installed through verl's extension points, with verl's code otherwise unchanged:
 subclassing) on ``GlooActorRolloutRefWorker``, and ``run_ppo(config, task_runner_class=...)``
 with ``CPUTaskRunner``, whose ``add_actor_rollout_worker`` maps verl's actor/rollout role to
 that worker (the rest is verl's ``TaskRunner``).
+
+With ``GMPO_CPU_STEP_PARAMS`` set (``examples/optimiser_steps.py``), ``GlooTrainingWorker`` also
+saves the actor's parameters after each optimiser step of RL step 1: verl syncs its rollout
+server once per RL step, after the step's last optimiser step, so the steps before it (several
+mini-batches or epochs on one rollout batch) are seen nowhere else. The hook is torch's own
+``Optimizer.register_step_post_hook`` on the engine's optimizer (built by ``reset``, which calls
+the engine's ``initialize``; the reference model has none), and the parameters are taken the way
+verl's weight sync takes them, from the engine's ``get_per_tensor_param`` (full tensors gathered
+from the FSDP shards, Hugging Face names), on every rank, written by rank 0.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import optimiser_steps
 import ray
 import torch.distributed
 from verl.trainer.main_ppo_v0 import BaseTaskRunner, TaskRunner
@@ -41,6 +51,23 @@ class GlooTrainingWorker(TrainingWorker):
     def __init__(self, config: Any) -> None:
         init_gloo_process_group()
         super().__init__(config)
+        self._optimiser_steps = 0
+        self._step_hook: Any = None
+
+    def reset(self) -> None:
+        """verl's ``reset`` (the engine's ``initialize``: model and optimiser), then the post-step
+        hook of ``save_step_params`` on the optimiser it built, once (module docstring)."""
+        super().reset()
+        optimizer = getattr(self.engine, "optimizer", None)
+        if os.environ.get(optimiser_steps.DIR_ENV) and optimizer is not None and self._step_hook is None:
+            self._step_hook = optimizer.register_step_post_hook(self.save_step_params)
+
+    def save_step_params(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After optimiser step n of the run: the parameters through ``optimiser_steps.save``."""
+        self._optimiser_steps += 1
+        if optimiser_steps.wanted(self._optimiser_steps):
+            params, _ = self.engine.get_per_tensor_param()
+            optimiser_steps.save(params, self._optimiser_steps, write=torch.distributed.get_rank() == 0)
 
 
 class GlooActorRolloutRefWorker(ActorRolloutRefWorker):

@@ -137,11 +137,18 @@ def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> i
     """Run every launch's trainer (module docstring), then write the report."""
     from gmpo_plugins.frameworks.render import write_launch
     from gmpo_plugins.frameworks.report import write_report
-    from gmpo_plugins.frameworks.runner import RunnerError, framework_python, plan_local, run_launch
+    from gmpo_plugins.frameworks.runner import (
+        RunnerError,
+        framework_python,
+        optimiser_steps_per_rl_step,
+        plan_local,
+        run_launch,
+    )
 
+    steps = optimiser_steps_per_rl_step(spec)
     try:  # every interpreter is found, and every launch placed, before any trainer starts
         pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
-        locals_ = [plan_local(launch, pythons[launch.framework], out / launch.framework) for launch in launches]
+        locals_ = [plan_local(launch, pythons[launch.framework], out / launch.framework, steps) for launch in launches]
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
     runs = []

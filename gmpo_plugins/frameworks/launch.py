@@ -29,7 +29,7 @@ class UnsupportedSettingError(ValueError):
 class Difference:
     """One behaviour of a framework that the spec cannot align: ``topic`` (advantages, kl,
     loss aggregation, ...) and what the framework does. ``first_update`` is what of it reaches
-    the first optimiser step, worded the same way for every framework so that two frameworks'
+    the first RL step, worded the same way for every framework so that two frameworks'
     values can be compared ("" when it does not reach it, or is the same everywhere)."""
 
     topic: str

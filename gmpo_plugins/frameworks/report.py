@@ -1,7 +1,8 @@
-"""The report of a run: ``report.md`` (status, the first update compared between every pair of
-frameworks, ``steps.png`` with one line per framework per metric, a per-step table per metric,
-differences) and ``records.json`` (every framework's records, in the ``metrics`` vocabulary, and
-the first-update comparisons).
+"""The report of a run: ``report.md`` (status, the first RL step compared between every pair of
+frameworks after each of its optimiser steps, ``steps.png`` with one line per framework per
+metric, a per-step table per metric, differences) and ``records.json`` (every framework's
+records, in the ``metrics`` vocabulary, and the first-RL-step comparisons, one per pair and
+optimiser step, with their overall verdict).
 
 A framework whose trainer failed or was stopped is listed as incomplete with the end of its
 output; the other frameworks' results are kept. The report is marked incomplete when any
@@ -18,17 +19,19 @@ from pathlib import Path
 
 from gmpo_plugins.frameworks.first_update import (
     PROPORTIONAL,
+    REAL_DIFFERENCE,
     SIGN_LIKE,
     FirstUpdateError,
     PairComparison,
-    compare_pair,
+    compare_steps,
     comparison,
     initial_parameters,
+    overall,
 )
 from gmpo_plugins.frameworks.launch import Launch
 from gmpo_plugins.frameworks.metrics import VOCABULARY
 from gmpo_plugins.frameworks.plots import write_plot
-from gmpo_plugins.frameworks.runner import FrameworkRun, optimiser_steps_per_rl_step
+from gmpo_plugins.frameworks.runner import FrameworkRun
 from gmpo_plugins.frameworks.spec import RunSpec
 
 
@@ -65,30 +68,38 @@ def _plot_line(out: Path, runs: Sequence[FrameworkRun]) -> str:
 def first_updates(
     spec: RunSpec, runs: Sequence[FrameworkRun], launches: Sequence[Launch]
 ) -> tuple[list[PairComparison], str]:
-    """Every pair of complete runs that left their first update, compared (``first_update``),
-    and why none could be compared ("" when some were)."""
-    saved = {run.framework: (run.first_update, run.records) for run in runs if run.complete and run.first_update}
-    names = [run.framework for run in runs if run.framework in saved]
-    if len(names) < 2:
+    """Every pair of complete runs that left their parameters after each optimiser step of the
+    first RL step, compared after each (``first_update.compare_steps``), and why none could be
+    compared ("" when some were)."""
+    saved = {run.framework: (run.step_params, run.records) for run in runs if run.complete and run.step_params}
+    if len(saved) < 2:
         return [], "fewer than two complete runs left their parameters after the first RL step (the CPU stand-ins do)"
     by_name = {launch.framework: launch for launch in launches}
-    steps, kind = optimiser_steps_per_rl_step(spec), comparison(spec.optimizer, spec.adam_eps)
     try:
         initial = initial_parameters(spec.model)
-        pairs = [
-            compare_pair(initial, saved, by_name, first, second, spec.dtype, steps, kind)
-            for i, first in enumerate(names)
-            for second in names[i + 1 :]
-        ]
+        kind = comparison(spec.optimizer, spec.adam_eps)
+        pairs = compare_steps(initial, saved, by_name, spec.dtype, kind, spec.learning_rate, spec.weight_decay)
     except FirstUpdateError as exc:
         return [], f"not compared: {exc}"
     return pairs, ""
 
 
 def _verdict(pair: PairComparison) -> str:
-    if pair.identical is None:
+    if pair.tolerance is None:
         return "no verdict (the tolerance holds for float32)"
+    if pair.identical is None:
+        return f"no verdict (the tolerance reaches a real difference, {REAL_DIFFERENCE:g})"
     return "identical" if pair.identical else "DIFFERENT"
+
+
+def _overall(pairs: Sequence[PairComparison]) -> str:
+    verdict = overall(pairs)
+    if verdict is None:
+        return "Overall: no verdict (no optimiser step has one)"
+    if verdict:
+        return "Overall: identical (every optimiser step with a verdict)"
+    steps = sorted({pair.step for pair in pairs if pair.identical is False})
+    return f"Overall: DIFFERENT (from optimiser step {steps[0]} on: {', '.join(map(str, steps))})"
 
 
 def _rewards(pair: PairComparison) -> str:
@@ -108,30 +119,38 @@ def _explanation(pair: PairComparison) -> str:
     return "none of the named behaviours differs: unexplained"
 
 
-def first_update_lines(pairs: Sequence[PairComparison], why_not: str, optimiser_steps: int = 1) -> list[str]:
-    """The report's first-RL-step section (``first_update``)."""
+def first_update_lines(pairs: Sequence[PairComparison], why_not: str) -> list[str]:
+    """The report's first-RL-step section (``first_update``): a table of pairs per optimiser step."""
     lines = ["", "## First RL step", ""]
     if not pairs:
         return [*lines, f"({why_not})"]
-    steps = "1 optimiser step" if optimiser_steps == 1 else f"{optimiser_steps} optimiser steps"
+    steps = max(pair.step for pair in pairs)
     lines += [
-        f"Parameter difference after the first RL step ({steps} on the first rollout batch), relative to "
-        "the update (float32 tolerance (2^K - 1) * 1e-5 for K chained steps; "
+        f"Parameter difference after each optimiser step k of the first RL step ({steps} on the first rollout "
+        "batch), relative to the update (float32 tolerance (2^k - 1) * 1e-5 for k chained steps, a verdict "
+        f"where it stays below {REAL_DIFFERENCE:g}, the size of a real difference; "
         "`gmpo_plugins.frameworks.first_update`). Where two frameworks differ, the behaviours of theirs that "
         "reach the first RL step and differ are named.",
         "",
         *(f"- {kind}: {COMPARISONS[kind]}" for kind in dict.fromkeys(pair.kind for pair in pairs)),
         "",
-        "| frameworks | comparison | rel. difference | tolerance | verdict | step-1 reward | "
-        "named behaviours that differ |",
-        "|---|---|---|---|---|---|---|",
+        _overall(pairs),
     ]
-    for pair in pairs:
-        tolerance = "" if pair.tolerance is None else f"{pair.tolerance:g}"
-        lines.append(
-            f"| {pair.first} / {pair.second} | {pair.kind or 'none'} | {pair.rel:.2e} | {tolerance} | "
-            f"{_verdict(pair)} | {_rewards(pair)} | {_explanation(pair)} |"
-        )
+    for step in range(1, steps + 1):
+        lines += [
+            "",
+            f"### Optimiser step {step} of {steps}",
+            "",
+            "| frameworks | comparison | rel. difference | tolerance | verdict | step-1 reward | "
+            "named behaviours that differ |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for pair in (pair for pair in pairs if pair.step == step):
+            tolerance = "" if pair.tolerance is None else f"{pair.tolerance:g}"
+            lines.append(
+                f"| {pair.first} / {pair.second} | {pair.kind or 'none'} | {pair.rel:.2e} | {tolerance} | "
+                f"{_verdict(pair)} | {_rewards(pair)} | {_explanation(pair)} |"
+            )
     return lines
 
 
@@ -140,10 +159,12 @@ COMPARISONS = {
     "largest entry of the difference over the largest entry of the update; a rounding difference stays "
     "proportional to the gradient and at most doubles per chained step",
     SIGN_LIKE: "AdamW with eps 1e-8, the setting all four trainers share (step nearly lr * sign): the norm of "
-    "the difference over the norm of the update; Adam divides each coordinate by its own gradient's size, so a "
-    "relative rounding error moves a step by at most 1.3 times itself, while a coordinate whose gradient "
-    "cancels to its rounding may flip sign (the largest entry does not resolve it); an overall scale of the "
-    "gradient is not seen",
+    "the difference over the norm of the update, over the coordinates whose first gradient is at least 1000 eps "
+    "in both runs (their first step reaches 0.999 lr; a gradient near eps makes a step that its rounding moves by "
+    "up to lr * rounding / eps); Adam divides each coordinate by its own gradient's size, so a relative rounding "
+    "error moves a step by at most 1.3 times itself over two steps, while a coordinate whose gradient cancels "
+    "to its rounding may flip sign (the largest entry does not resolve it); an overall scale of the gradient is "
+    "not seen",
     None: "AdamW with an eps between the two settings: no derivation holds, no verdict",
 }
 
@@ -167,7 +188,7 @@ def write_report(
         if launch.framework not in ran:
             lines.append(f"| {launch.framework} | incomplete: not run (interrupted) | | 0 | |")
     pairs, why_not = first_updates(spec, runs, launches)
-    lines += first_update_lines(pairs, why_not, optimiser_steps_per_rl_step(spec))
+    lines += first_update_lines(pairs, why_not)
     lines += ["", "## Per step", "", _plot_line(out, runs), "", step_tables(runs) or "(no metrics)"]
     lines += ["", "## Differences the spec cannot remove"]
     for launch in launches:
@@ -184,6 +205,7 @@ def write_report(
     }
     comparisons = [
         {
+            "optimiser_step": pair.step,
             "frameworks": [pair.first, pair.second],
             "comparison": pair.kind,
             "rel": pair.rel,
@@ -194,5 +216,6 @@ def write_report(
         }
         for pair in pairs
     ]
-    (out / "records.json").write_text(json.dumps({"runs": records, "first_update": comparisons}, indent=1) + "\n")
+    summary = {"runs": records, "first_update": comparisons, "first_update_identical": overall(pairs)}
+    (out / "records.json").write_text(json.dumps(summary, indent=1) + "\n")
     return complete

@@ -11,8 +11,8 @@ a command leaves in its session (Ray's GCS, raylet and workers, which Ray puts i
 groups of their own) is ended when it ends, and a run's Ray folder (``standins``) removed.
 Metrics are read back from what the trainer logged (``metrics``; OpenRLHF's TensorBoard
 events through ``scalars``, run with OpenRLHF's interpreter, which has tensorboard), and the
-parameters after the first optimiser step from where the stand-ins left them (``standins``,
-``first_update``).
+parameters after each optimiser step of the first RL step from where the stand-ins left them
+(``standins``, ``first_update``).
 
 Runnable here (``RUNNABLE``): ``trl`` (on CPU as it is; with the seeded rollout of
 ``examples/trl_cpu`` where its interpreter sees no GPU), ``verl``, ``openrlhf`` and ``skyrl`` (on
@@ -23,6 +23,9 @@ a GPU, or with the CPU stand-ins of ``examples/verl_cpu``, ``examples/openrlhf_c
 RL step (all its optimiser steps on the first rollout batch) where the stand-ins left one
 (``LocalLaunch.first_update``): verl, OpenRLHF and SkyRL hand their weights to the rollout engine
 once per RL step, TRL's callback saves them after the RL step's last optimiser step.
+``FrameworkRun.step_params`` names the files of its parameters after each optimiser step k = 1..K
+of the first RL step (``LocalLaunch.step_params``: hooks on the actor's optimiser step in every
+stand-in), all K of them or none.
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ class RunnerError(Exception):
 @dataclass
 class FrameworkRun:
     """What one framework's run left: ``complete`` or not, why not, its per-step records, the
-    stand-ins it ran with ("" for none) and the file with its parameters after the first
-    optimiser step ("" for none)."""
+    stand-ins it ran with ("" for none), the file with its parameters after the first RL step
+    ("" for none) and the files of those after each of its optimiser steps (empty for none)."""
 
     framework: str
     complete: bool
@@ -79,6 +82,7 @@ class FrameworkRun:
     failure: str = ""
     standins: str = ""
     first_update: str = ""
+    step_params: tuple[str, ...] = ()
 
 
 def framework_python(framework: str) -> str:
@@ -97,10 +101,12 @@ def framework_python(framework: str) -> str:
     return runner.python or sys.executable
 
 
-def plan_local(launch: Launch, python: str, folder: Path) -> LocalLaunch:
-    """``launch`` as it runs here, in ``folder`` (``standins.local_launch``); RunnerError otherwise."""
+def plan_local(launch: Launch, python: str, folder: Path, optimiser_steps: int = 1) -> LocalLaunch:
+    """``launch`` as it runs here, in ``folder``, saving the parameters after each of the first RL
+    step's ``optimiser_steps`` optimiser steps on stand-ins (``standins.local_launch``);
+    RunnerError otherwise."""
     try:
-        return local_launch(launch, python, folder)
+        return local_launch(launch, python, folder, optimiser_steps)
     except StandinsError as exc:
         raise RunnerError(str(exc)) from None
 
@@ -206,8 +212,10 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         failure = f"its logged metrics could not be read: {type(exc).__name__}: {exc}"
         return FrameworkRun(launch.framework, False, seconds, failure=failure, standins=local.standins)
-    update = first_update(local)
-    return FrameworkRun(launch.framework, True, seconds, records, standins=local.standins, first_update=update)
+    update, steps = first_update(local), step_params(local)
+    return FrameworkRun(
+        launch.framework, True, seconds, records, standins=local.standins, first_update=update, step_params=steps
+    )
 
 
 def optimiser_steps_per_rl_step(spec: RunSpec) -> int:
@@ -256,3 +264,10 @@ def first_update(local: LocalLaunch) -> str:
     if not local.first_update:
         return ""
     return local.first_update if Path(local.first_update).is_file() else ""
+
+
+def step_params(local: LocalLaunch) -> tuple[str, ...]:
+    """The files of the parameters after each optimiser step of the first RL step, or () when one
+    is missing (module docstring)."""
+    files = local.step_params
+    return files if files and all(Path(name).is_file() for name in files) else ()

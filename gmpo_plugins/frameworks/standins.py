@@ -49,7 +49,7 @@ interpreter sees a GPU, with the CPU stand-ins of a gmpo-plugins checkout where 
 
 Every CPU rollout stand-in samples with ``examples/seeded_generation.py`` (seed from the prompt's
 token ids and the sample's index for that prompt), so frameworks that hold the same weights draw
-the same responses, and each leaves the parameters after the first optimiser step in its
+the same responses, and each leaves the parameters after the first RL step in its
 folder (``LocalLaunch.first_update``): verl's rollout server saves every weight version it
 receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
 (``record/engine_weights_1.pt``), TRL's callback the model after the last optimiser step of RL step 1
@@ -57,6 +57,16 @@ receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its 
 (``params_step1.pt``, beside its logged metrics in ``metrics.json``: ``SKYRL_METRICS``). An
 OpenRLHF launch also names the adapter's side file of loss metrics, ``loss_metrics.jsonl`` in its
 folder (``OPENRLHF_METRICS_ENV``; ``metrics``).
+
+A sync happens once per RL step, after its last optimiser step. The parameters after each
+optimiser step k = 1..K of RL step 1 (``LocalLaunch.step_params``, K the spec's optimiser steps per
+RL step) come from a hook on the actor's optimiser step in every stand-in, set by
+``STEP_PARAMS_ENV`` (the folder ``STEP_PARAMS`` under the run's) and ``STEP_COUNT_ENV`` (K), each
+saving ``step_<k>.pt`` (``examples/optimiser_steps.py``): verl's training worker and SkyRL's policy
+worker by torch's ``Optimizer.register_step_post_hook`` with the parameters taken as their weight
+syncs take them, TRL's callback at ``on_step_end``, OpenRLHF at the return of DeepSpeed's
+``DeepSpeedEngine.step`` (under ZeRO-2 the inner optimiser steps a flat copy, which DeepSpeed copies
+into the module afterwards: ``examples/openrlhf_cpu/standins/sitecustomize.py``).
 
 The GPU count is asked of the framework's own interpreter (``torch.cuda.device_count()``).
 The stand-ins are no part of the installed package: without a checkout's ``examples/`` a
@@ -111,6 +121,9 @@ SKYRL_CPU_OVERRIDES = (  # what SkyRL's defaults ask of a GPU machine: flash-att
 )
 SKYRL_METRICS = "metrics.json"  # skyrl_cpu's record of every payload SkyRL logged, by RL step
 SKYRL_FIRST_UPDATE = "params_step1.pt"
+STEP_PARAMS = "optimiser_steps"  # under the run's folder: step_<k>.pt after optimiser step k of RL step 1
+STEP_PARAMS_ENV = "GMPO_CPU_STEP_PARAMS"  # examples/optimiser_steps.py: the folder
+STEP_COUNT_ENV = "GMPO_CPU_STEP_COUNT"  # examples/optimiser_steps.py: K, the optimiser steps of RL step 1
 FP32 = ("--ds.param_dtype", "fp32")
 PROBE = "import torch; print(torch.cuda.device_count())"
 PROBE_TIMEOUT_S = 300.0
@@ -126,13 +139,25 @@ class LocalLaunch:
     """A launch as it runs here: ``standins`` names what stood in for the GPU ("" for none),
     ``pythonpath`` the folders its processes import them from; ``ray_dir`` is the folder of
     the Ray instance the run starts (None without Ray); ``first_update`` the file in which
-    the stand-ins leave the parameters after the first optimiser step ("" for none)."""
+    the stand-ins leave the parameters after the first RL step ("" for none), ``step_params``
+    the files of the parameters after each of its optimiser steps (module docstring; empty for
+    none)."""
 
     launch: Launch
     standins: str = ""
     pythonpath: tuple[str, ...] = ()
     ray_dir: str | None = None
     first_update: str = ""
+    step_params: tuple[str, ...] = ()
+
+
+def with_step_params(local: LocalLaunch, folder: Path, optimiser_steps: int) -> LocalLaunch:
+    """``local`` (on stand-ins) with the environment that makes them save the parameters after each
+    of RL step 1's ``optimiser_steps`` optimiser steps, and the files they will be in."""
+    directory = folder / STEP_PARAMS
+    env = {**local.launch.env, STEP_PARAMS_ENV: str(directory), STEP_COUNT_ENV: str(optimiser_steps)}
+    files = tuple(str(directory / f"step_{k}.pt") for k in range(1, optimiser_steps + 1))
+    return replace(local, launch=replace(local.launch, env=env), step_params=files)
 
 
 def gpu_count(python: str) -> int:
@@ -248,8 +273,12 @@ def _skyrl(launch: Launch, python: str, folder: Path) -> LocalLaunch:
 PLANS = {"verl": _verl, "openrlhf": _openrlhf, "trl": _trl, "skyrl": _skyrl}
 
 
-def local_launch(launch: Launch, python: str, folder: Path) -> LocalLaunch:
+def local_launch(launch: Launch, python: str, folder: Path, optimiser_steps: int = 1) -> LocalLaunch:
     """``launch`` (already filled with ``folder``, its output folder) as it runs here with
-    ``python`` (module docstring)."""
+    ``python``; on the stand-ins, saving the parameters after each of RL step 1's
+    ``optimiser_steps`` optimiser steps (module docstring)."""
     plan = PLANS.get(launch.framework)
-    return LocalLaunch(launch) if plan is None else plan(launch, python, folder)
+    if plan is None:
+        return LocalLaunch(launch)
+    local = plan(launch, python, folder)
+    return with_step_params(local, folder, optimiser_steps) if local.standins else local

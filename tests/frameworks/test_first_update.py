@@ -11,6 +11,7 @@ import torch
 
 from gmpo_plugins.frameworks.first_update import (
     PROPORTIONAL,
+    REAL_DIFFERENCE,
     SIGN_LIKE,
     TOLERANCE,
     FirstUpdateError,
@@ -18,9 +19,12 @@ from gmpo_plugins.frameworks.first_update import (
     causes,
     clip_difference,
     compare_pair,
+    compare_steps,
     comparison,
+    gradient_well_above_eps,
     initial_parameters,
     load_parameters,
+    overall,
     relative_difference,
     step_one_reward,
     tolerance,
@@ -181,6 +185,11 @@ def test_identical_within_the_tolerance_and_none_without_one():
     assert pair(0.0).identical is True
     assert pair(1.0000001e-5).identical is False
     assert pair(0.0, tolerance=None).identical is None
+    # a tolerance that reaches the size of a real difference (1e-4) gives no verdict
+    assert REAL_DIFFERENCE == 1e-4
+    assert pair(0.0, tolerance=7e-5).identical is True and pair(0.0, tolerance=7e-5).resolves
+    assert pair(0.0, tolerance=1.5e-4).identical is None and not pair(0.0, tolerance=1.5e-4).resolves
+    assert pair(1.0, tolerance=1e-4).identical is None
 
 
 def test_same_rewards_within_a_millionth_and_none_when_one_is_missing():
@@ -284,3 +293,89 @@ def test_compare_pair_takes_the_norm_for_sign_like_steps(tmp_path):
     assert (result.tolerance, result.identical) == (pytest.approx(3e-5), False)
     none = compare_pair(THETA0, runs, launches, "skyrl", "trl", "float32", 2, None)
     assert none.kind is None and none.rel == pytest.approx((2**-7 - 2**-24) / 0.5078125) and none.identical is None
+
+
+def moved(w0: float) -> dict[str, torch.Tensor]:
+    return params(w=[w0, 1.0], b=[-2.0])
+
+
+# after optimiser step k of 4: verl at w[0] = 0.5, trl 2^-e further (e = -, 17, 15, 14); the gap is
+# 2^-e - ulp(0.5 + 2^-e) = 2^-e - 2^-24 over the larger update 0.5 + 2^-e:
+#   k = 2: 127 * 2^-24 / (2^-17 * 65537) = 127 / (128 * 65537) = 1.5139e-5  <= 3e-5 (above 1e-5)
+#   k = 3: 511 * 2^-24 / (2^-15 * 16385) = 511 / (512 * 16385) = 6.0912e-5  <= 7e-5
+#   k = 4: 1023 * 2^-24 / (2^-14 * 8193) = 1023 / (1024 * 8193) = 1.2194e-4, tolerance 1.5e-4: no verdict
+TRL_STEPS = (0.5, 0.5 + 2**-17, 0.5 + 2**-15, 0.5 + 2**-14)
+STEP_RELS = (0.0, 127 / (128 * 65537), 511 / (512 * 16385), 1023 / (1024 * 8193))
+
+
+def four_steps(tmp_path, trl_steps=TRL_STEPS):
+    files = {"verl": [], "trl": []}
+    for k, trl_w0 in enumerate(trl_steps, start=1):
+        for name, w0 in (("verl", 0.5), ("trl", trl_w0)):
+            torch.save(moved(w0), tmp_path / f"{name}_{k}.pt")
+            files[name].append(str(tmp_path / f"{name}_{k}.pt"))
+    runs = {name: (names, [{"step": 1, "reward": 0.5}]) for name, names in files.items()}
+    launches = {"verl": launch("verl", ("advantages", "A")), "trl": launch("trl", ("advantages", "A"))}
+    return compare_steps(THETA0, runs, launches, "float32")
+
+
+def test_every_optimiser_step_is_compared_with_the_tolerance_of_its_chained_steps(tmp_path):
+    pairs = four_steps(tmp_path)
+    assert [(p.step, p.first, p.second) for p in pairs] == [(k, "verl", "trl") for k in (1, 2, 3, 4)]
+    assert [p.rel for p in pairs] == pytest.approx(STEP_RELS, rel=1e-12, abs=0.0)
+    assert [p.tolerance for p in pairs] == pytest.approx([1e-5, 3e-5, 7e-5, 1.5e-4], rel=1e-12)
+    # step 2 is above one step's 1e-5 and within two chained steps' 3e-5; step 4 has no verdict
+    assert [p.identical for p in pairs] == [True, True, True, None]
+    assert overall(pairs) is True
+
+
+def test_one_step_beyond_its_tolerance_makes_the_first_rl_step_different(tmp_path):
+    # step 3 2^-13 further: 2047 * 2^-24 / (2^-13 * 4097) = 2047 / (2048 * 4097) = 2.4396e-4 > 7e-5
+    pairs = four_steps(tmp_path, (*TRL_STEPS[:2], 0.5 + 2**-13, TRL_STEPS[3]))
+    assert pairs[2].rel == pytest.approx(2047 / (2048 * 4097), rel=1e-12)
+    assert [p.identical for p in pairs] == [True, True, False, None]
+    assert overall(pairs) is False
+    assert overall([pairs[3]]) is None  # no verdict at any step
+
+
+def test_runs_that_saved_different_numbers_of_steps_are_not_compared(tmp_path):
+    torch.save(UPDATED, tmp_path / "a.pt")
+    runs = {"verl": ([str(tmp_path / "a.pt")] * 2, []), "trl": ([str(tmp_path / "a.pt")], [])}
+    with pytest.raises(FirstUpdateError, match=r"^the runs saved different numbers of optimiser steps \(\[1, 2\]\)$"):
+        compare_steps(THETA0, runs, {"verl": launch("verl"), "trl": launch("trl")}, "float32")
+
+
+def test_the_sign_like_coordinates_are_those_whose_first_adamw_step_reaches_0_999_lr():
+    # lr 0.5, no weight decay: u = (θ_0 - θ_1) / lr; w[0] 0 -> -0.5: |u| = 1 (|g| >> eps), kept;
+    # w[1] unmoved: u = 0 (no gradient); b -2 -> -1.75: |u| = 0.5 (|g| = eps), dropped
+    first = params(w=[-0.5, 1.0], b=[-1.75])
+    kept = gradient_well_above_eps(THETA0, first, first, 0.5)
+    assert kept.tolist() == [False, True, False]  # flattened in name order: b, w[0], w[1]
+    # 1000 / 1001 = 0.999000999 of lr is the edge: b at 0.9990 lr is dropped, 0.9991 lr kept
+    assert gradient_well_above_eps(THETA0, first, params(w=[-0.5, 1.0], b=[-2.0 + 0.4995]), 0.5).sum() == 1
+    both = params(w=[-0.5, 1.0], b=[-2.0 + 0.49955])
+    assert gradient_well_above_eps(THETA0, both, both, 0.5).tolist() == [True, True, False]
+    # AdamW's decoupled decay first: θ_1 = θ_0 (1 - lr wd) - lr u; wd 0.1 at lr 0.5 scales w[1] = 1 by 0.95
+    decayed = params(w=[-0.5, 0.95], b=[-2.0 * 0.95 + 0.5])  # b: u = -1, w[1]: u = 0
+    assert gradient_well_above_eps(THETA0, decayed, decayed, 0.5, 0.1).tolist() == [True, True, False]
+    with pytest.raises(FirstUpdateError, match=r"^no parameter's first step reaches 0\.999001 of the learning rate 5"):
+        gradient_well_above_eps(THETA0, first, first, 5.0)  # another learning rate: nothing reaches it
+
+
+def test_the_sign_like_comparison_of_every_step_is_over_the_step_one_coordinates(tmp_path):
+    # step 1 (lr 0.5): both move w[0] by -0.5 (kept) and b by 0.25 (|u| = 0.5: dropped)
+    # step 2: w[0] at -1.0 and -1.0078125, b at -1.5 and -1.0 (a large difference, outside S)
+    # rel2 over {w[0]}: (2^-7 - ulp(1.0078125) = 2^-23) / 1.0078125
+    steps = {
+        "verl": (params(w=[-0.5, 1.0], b=[-1.75]), params(w=[-1.0, 1.0], b=[-1.5])),
+        "trl": (params(w=[-0.5, 1.0], b=[-1.75]), params(w=[-1.0078125, 1.0], b=[-1.0])),
+    }
+    runs = {}
+    for name, saved in steps.items():
+        for k, state in enumerate(saved, start=1):
+            torch.save(state, tmp_path / f"{name}_{k}.pt")
+        runs[name] = ([str(tmp_path / f"{name}_{k}.pt") for k in (1, 2)], [])
+    launches = {"verl": launch("verl"), "trl": launch("trl")}
+    first, second = compare_steps(THETA0, runs, launches, "float32", SIGN_LIKE, 0.5)
+    assert (first.step, first.rel, first.identical) == (1, 0.0, True)
+    assert second.rel == pytest.approx((2**-7 - 2**-23) / 1.0078125, rel=1e-12) and second.identical is False

@@ -43,7 +43,8 @@ def test_the_report_has_a_plot_and_a_table_per_metric(tmp_path, write_spec):
     assert "| trl | complete | 3.0 | 1 | none |" in report
     assert f"## First RL step\n\n{NONE_SAVED}\n" in report  # neither run left its parameters
     records = json.loads((tmp_path / "records.json").read_text())
-    assert sorted(records) == ["first_update", "runs"] and records["first_update"] == []
+    assert sorted(records) == ["first_update", "first_update_identical", "runs"]
+    assert records["first_update"] == [] and records["first_update_identical"] is None
     assert sorted(records["runs"]) == ["trl", "verl"]
     assert records["runs"]["verl"]["standins"] == VERL.standins
     assert records["runs"]["trl"] == {"complete": True, "standins": "", "records": TRL.records}
@@ -83,13 +84,13 @@ def first_update_rows(
     torch.save({"syncs": 1, "state_dict": UPDATED}, tmp_path / "verl.pt")  # verl's stand-in's layout
     torch.save(trl_update, tmp_path / "trl.pt")  # TRL's callback: a plain state dict
     runs = [
-        FrameworkRun("verl", True, 1.0, [{"step": 1, "reward": 0.5}], first_update=str(tmp_path / "verl.pt")),
+        FrameworkRun("verl", True, 1.0, [{"step": 1, "reward": 0.5}], step_params=(str(tmp_path / "verl.pt"),)),
         FrameworkRun(
             "trl",
             True,
             1.0,
             [{"step": 2, "reward": 1.0}, {"step": 1, "reward": trl_reward}],
-            first_update=str(tmp_path / "trl.pt") if trl_saves else "",
+            step_params=(str(tmp_path / "trl.pt"),) if trl_saves else (),
         ),
     ]
     out = tmp_path / "out"
@@ -100,8 +101,9 @@ def first_update_rows(
     if section[2].startswith("("):
         return section[2:], json.loads((out / "records.json").read_text())["first_update"]
     assert section[4].startswith("- proportional: " if adam_eps >= 1 else "- sign-like: ")
-    assert section[6:8] == [HEADER, "|---|---|---|---|---|---|---|"]
-    return section[8:], json.loads((out / "records.json").read_text())["first_update"]
+    assert section[6].startswith("Overall: ")
+    assert section[8:12] == ["### Optimiser step 1 of 1", "", HEADER, "|---|---|---|---|---|---|---|"]
+    return section[12:], json.loads((out / "records.json").read_text())["first_update"]
 
 
 def test_equal_first_updates_are_identical(tmp_path, write_spec, spec_dir):
@@ -109,6 +111,7 @@ def test_equal_first_updates_are_identical(tmp_path, write_spec, spec_dir):
     assert rows == ["| verl / trl | proportional | 0.00e+00 | 1e-05 | identical | 0.5 |  |"]
     assert records == [
         {
+            "optimiser_step": 1,
             "frameworks": ["verl", "trl"],
             "comparison": "proportional",
             "rel": 0.0,
@@ -161,7 +164,7 @@ def test_a_difference_without_a_named_cause_is_unexplained(tmp_path, write_spec,
     ]
     torch.save(UPDATED, tmp_path / "verl.pt")
     torch.save(FURTHER, tmp_path / "trl.pt")
-    runs = [FrameworkRun(name, True, 1.0, [], first_update=str(tmp_path / f"{name}.pt")) for name in ("verl", "trl")]
+    runs = [FrameworkRun(name, True, 1.0, [], step_params=(str(tmp_path / f"{name}.pt"),)) for name in ("verl", "trl")]
     write_report(tmp_path, "run.toml", spec, runs, launches)
     row = f"| verl / trl | proportional | {FURTHER_REL} | 1e-05 | DIFFERENT | not logged | "
     assert row + "none of the named behaviours differs: unexplained |" in (tmp_path / "report.md").read_text()
@@ -177,7 +180,7 @@ def test_unreadable_parameters_are_not_compared(tmp_path, write_spec, spec_dir):
     spec = load_spec(write_spec(dtype="float32"))
     torch.save(UPDATED, tmp_path / "verl.pt")
     (tmp_path / "trl.pt").write_text("not a torch.save archive\n")
-    runs = [FrameworkRun(name, True, 1.0, [], first_update=str(tmp_path / f"{name}.pt")) for name in ("verl", "trl")]
+    runs = [FrameworkRun(name, True, 1.0, [], step_params=(str(tmp_path / f"{name}.pt"),)) for name in ("verl", "trl")]
     write_report(tmp_path, "run.toml", spec, runs, LAUNCHES)
     report = (tmp_path / "report.md").read_text()
     model = spec_dir / "model"
@@ -188,3 +191,49 @@ def test_unreadable_parameters_are_not_compared(tmp_path, write_spec, spec_dir):
     write_report(tmp_path, "run.toml", spec, runs, LAUNCHES)
     report = (tmp_path / "report.md").read_text()
     assert f"(not compared: {tmp_path / 'trl.pt'}: cannot be read (" in report
+
+
+def test_every_optimiser_step_has_its_table_and_the_overall_verdict_is_theirs(tmp_path, write_spec, spec_dir):
+    """Four optimiser steps, verl at w[0] = 0.5 after each, trl 2^-e further (e = -, 17, 15, 14):
+    rel 0, 127 / (128 * 65537), 511 / (512 * 16385), 1023 / (1024 * 8193) (tests/frameworks/
+    test_first_update.py), against (2^k - 1) * 1e-5; step 4's 1.5e-4 reaches a real difference."""
+    from safetensors.torch import save_file
+
+    save_file(THETA0, str(spec_dir / "model" / "model.safetensors"))
+    spec = load_spec(write_spec(dtype="float32", advantage_std_norm=False, adam_eps=100.0))
+    launches = [
+        Launch(name, ("python3",), differences=translator.differences(spec))
+        for name, translator in (("verl", verl_translator), ("trl", trl_translator))
+    ]
+    files: dict[str, list[str]] = {"verl": [], "trl": []}
+    for k, further in enumerate((0.0, 2**-17, 2**-15, 2**-14), start=1):
+        for name, w0 in (("verl", 0.5), ("trl", 0.5 + further)):
+            torch.save({"w": torch.tensor([w0, 1.0]), "b": torch.tensor([-2.0])}, tmp_path / f"{name}_{k}.pt")
+            files[name].append(str(tmp_path / f"{name}_{k}.pt"))
+    runs = [
+        FrameworkRun(name, True, 1.0, [{"step": 1, "reward": 0.5}], step_params=tuple(files[name]))
+        for name in ("verl", "trl")
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_report(out, "run.toml", spec, runs, launches)
+    report = (out / "report.md").read_text()
+    assert "Overall: identical (every optimiser step with a verdict)" in report
+    rows = [
+        "| verl / trl | proportional | 0.00e+00 | 1e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 1.51e-05 | 3e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 6.09e-05 | 7e-05 | identical | 0.5 |  |",
+        "| verl / trl | proportional | 1.22e-04 | 0.00015 | no verdict (the tolerance reaches a real difference, "
+        "0.0001) | 0.5 |  |",
+    ]
+    for k, row in enumerate(rows, start=1):
+        table = f"### Optimiser step {k} of 4\n\n{HEADER}\n|---|---|---|---|---|---|---|\n{row}\n"
+        assert table in report
+    records = json.loads((out / "records.json").read_text())
+    assert [(r["optimiser_step"], r["identical"]) for r in records["first_update"]] == [
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, None),
+    ]
+    assert records["first_update_identical"] is True

@@ -23,10 +23,10 @@ def placed(monkeypatch, tmp_path):
     as ``local_launch`` places it for an interpreter that sees ``gpus`` GPUs (its Ray folder removed)."""
     made = []
 
-    def place(write_spec, gpus: int, **values) -> standins.LocalLaunch:
+    def place(write_spec, gpus: int, optimiser_steps: int = 1, **values) -> standins.LocalLaunch:
         monkeypatch.setattr(standins, "gpu_count", lambda python: gpus)
         launch = openrlhf_translator.translate(load_spec(write_spec(**values))).with_out(str(tmp_path / "run"))
-        local = standins.local_launch(launch, PYTHON, tmp_path / "run")
+        local = standins.local_launch(launch, PYTHON, tmp_path / "run", optimiser_steps)
         made.append(local.ray_dir)
         return local
 
@@ -69,6 +69,13 @@ def test_without_a_gpu_openrlhf_runs_on_the_checkouts_standins(placed, write_spe
     assert "TORCH_EXTENSIONS_DIR" not in env  # /venvs cannot be written here: torch's own cache folder
 
 
+def test_the_standins_save_the_parameters_after_each_optimiser_step_of_rl_step_one(placed, write_spec, tmp_path):
+    local = placed(write_spec, 0, 3, dtype="float32")
+    folder = tmp_path / "run" / "optimiser_steps"
+    assert local.launch.env["GMPO_CPU_STEP_PARAMS"] == str(folder) and local.launch.env["GMPO_CPU_STEP_COUNT"] == "3"
+    assert local.step_params == tuple(str(folder / f"step_{k}.pt") for k in (1, 2, 3))
+
+
 def test_torch_extensions_in_the_environment_are_inherited(placed, write_spec, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/cache/torch_extensions")
     assert "TORCH_EXTENSIONS_DIR" not in placed(write_spec, 0).launch.env
@@ -80,7 +87,8 @@ def test_with_a_gpu_openrlhf_runs_as_translated_with_one_engine_and_rank(placed,
     assert local.standins == "" and local.pythonpath == ()
     assert got["--vllm.num_engines"] == ["1"] and got["--ref.num_gpus_per_node"] == ["1"]
     assert "--ds.attn_implementation" not in got and got["--ds.param_dtype"] == ["bf16"]
-    assert set(local.launch.env) == {"RAY_TMPDIR", standins.OPENRLHF_METRICS_ENV}
+    assert set(local.launch.env) == {"RAY_TMPDIR", standins.OPENRLHF_METRICS_ENV}  # no stand-in saves steps
+    assert local.step_params == ()
     assert local.launch.env[standins.OPENRLHF_METRICS_ENV].endswith("/run/loss_metrics.jsonl")
 
 
@@ -133,6 +141,8 @@ def test_without_a_gpu_skyrl_runs_its_trainer_on_the_checkouts_standins(skyrl_pl
     assert local.standins.startswith("examples/skyrl_cpu")
     assert [Path(p).relative_to(standins.EXAMPLES).as_posix() for p in local.pythonpath] == [".", "skyrl_cpu/shims"]
     assert local.first_update == str(run / "params_step1.pt")
+    assert local.step_params == (str(run / "optimiser_steps" / "step_1.pt"),)
+    assert local.launch.env["GMPO_CPU_STEP_COUNT"] == "1"
     assert local.launch.env["RAY_TMPDIR"] == local.ray_dir and Path(local.ray_dir).is_dir()
 
 

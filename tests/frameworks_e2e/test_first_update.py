@@ -1,7 +1,8 @@
 """The first RL step, identical across trainers with the clip acting: the example spec through
 verl's RayPPOTrainer, OpenRLHF's train_ppo_ray and TRL's GRPOTrainer (each in its own virtualenv,
 on the CPU stand-ins, which all draw the first rollout from examples/seeded_generation.py), then
-``gmpo_plugins.frameworks.first_update`` on the parameters each left after the first RL step.
+``gmpo_plugins.frameworks.first_update`` on the parameters each left after every optimiser step of
+the first RL step (``examples/optimiser_steps.py``: a hook on each trainer's optimiser step).
 
 The example is float32 with AdamW's steps made gradient-sized (eps = 100: lr / eps * m) and no
 gradient clipping in effect, so a gradient that differs by a factor or by 1e-4 of itself moves the
@@ -25,7 +26,7 @@ import pytest
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.first_update import tolerance
 from gmpo_plugins.frameworks.translate import TRANSLATORS
-from tests.example_runs import example_in, first_rollout_reward
+from tests.example_runs import assert_last_step_is_the_synced_one, example_in, first_rollout_reward
 
 ONE_STEP = {"steps = 3": "steps = 1"}
 ALIGNED = {**ONE_STEP, "advantage_std_norm = true": "advantage_std_norm = false"}
@@ -46,6 +47,14 @@ GSPO = {
     "eps_low = 0.4": "eps_low = 0.0003",  # gspo's own bounds on the sequence ratio
     "eps_high = 0.4": "eps_high = 0.0004",
 }
+
+
+def by_step(records: dict) -> dict[int, dict[tuple[str, str], dict]]:
+    """The first-RL-step comparisons by optimiser step, then by pair."""
+    steps: dict[int, dict[tuple[str, str], dict]] = {}
+    for pair in records["first_update"]:
+        steps.setdefault(pair["optimiser_step"], {})[tuple(pair["frameworks"])] = pair
+    return steps
 
 
 def step_one(records: dict, framework: str) -> dict:
@@ -71,15 +80,19 @@ def test_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl_with_the_clip_ac
     folder, status, records, report = aligned
     assert status == 0, report
     assert all(run["complete"] and run["standins"] for run in records["runs"].values())
-    pairs = {tuple(pair["frameworks"]): pair for pair in records["first_update"]}
-    assert sorted(pairs) == [("openrlhf", "trl"), ("verl", "openrlhf"), ("verl", "trl")]
+    steps = by_step(records)
+    assert sorted(steps) == [1, 2]  # one mini-batch, two epochs
     expected_reward = first_rollout_reward(folder)
-    for pair in pairs.values():
-        assert pair["tolerance"] == CHAINED
-        assert pair["rel"] <= CHAINED and pair["identical"] is True, pair
-        assert pair["causes"] == []
-        assert pair["step_one_rewards"] == pytest.approx([expected_reward] * 2, rel=1e-6)
-    assert report.count(" | identical | ") == 3
+    for k, pairs in steps.items():
+        assert sorted(pairs) == [("openrlhf", "trl"), ("verl", "openrlhf"), ("verl", "trl")]
+        for pair in pairs.values():
+            assert pair["tolerance"] == tolerance("float32", k)  # 1e-5, then 3e-5
+            assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
+            assert pair["causes"] == []
+            assert pair["step_one_rewards"] == pytest.approx([expected_reward] * 2, rel=1e-6)
+    assert records["first_update_identical"] is True
+    assert report.count(" | identical | ") == 6 and "### Optimiser step 2 of 2" in report
+    assert_last_step_is_the_synced_one(folder / "run", ("verl", "openrlhf", "trl"), 2)
     # the clip acted, the same way in each trainer's own log (the side file for OpenRLHF's)
     verl = step_one(records, "verl")
     assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0
@@ -97,10 +110,13 @@ def test_trls_advantage_epsilon_and_the_mini_batch_order_are_the_named_differenc
     mean; one mini-batch per epoch, the same two optimiser steps) shows both gone."""
     status, records, report = run(tmp_path, "verl,trl", **STD_AND_TWO_MINI_BATCHES)
     assert status == 0, report
-    (pair,) = records["first_update"]
-    # the same rollout (same rewards)
-    assert pair["step_one_rewards"][0] == pytest.approx(pair["step_one_rewards"][1], rel=1e-6)
-    assert pair["identical"] is False and pair["causes"] == [TRL_EPSILON, MINI_BATCH_ORDER]
+    steps = by_step(records)
+    for k in (1, 2):  # TRL's first mini-batch already holds other responses, under other advantages
+        (pair,) = steps[k].values()
+        # the same rollout (same rewards)
+        assert pair["step_one_rewards"][0] == pytest.approx(pair["step_one_rewards"][1], rel=1e-6)
+        assert pair["identical"] is False and pair["causes"] == [TRL_EPSILON, MINI_BATCH_ORDER]
+    pair = steps[2][("verl", "trl")]
     assert f"| verl / trl | proportional | {pair['rel']:.2e} | 3e-05 | DIFFERENT |" in report
     assert TRL_EPSILON in report and MINI_BATCH_ORDER in report
 
@@ -121,12 +137,18 @@ def test_a_clip_bound_flipped_in_one_framework_is_named_by_its_clip_fractions(tm
     monkeypatch.setitem(TRANSLATORS, "trl", with_a_lower_upper_bound)
     status, records, report = run(tmp_path, "verl,trl", **ALIGNED)
     assert status == 0, report
-    (pair,) = records["first_update"]
+    steps = by_step(records)
+    # the first optimiser step is on-policy (every ratio 1): no bound acts, the steps agree
+    (first,) = steps[1].values()
+    assert first["identical"] is True and first["rel"] <= tolerance("float32", 1), first
+    # the second moves ratios past e^0.2 and not all past e^0.4: the bound changed the update
+    (pair,) = steps[2].values()
     assert pair["identical"] is False and pair["rel"] > CHAINED
+    assert records["first_update_identical"] is False
     (cause,) = pair["causes"]
     assert cause.startswith("clip (observed): the step-1 clip fractions differ (clip_frac_high ")
     assert step_one(records, "trl")["clip_frac_high"] > step_one(records, "verl")["clip_frac_high"]
-    assert "DIFFERENT" in report and cause in report
+    assert "Overall: DIFFERENT (from optimiser step 2 on: 2)" in report and cause in report
 
 
 def test_gspo_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl(tmp_path):
@@ -134,7 +156,9 @@ def test_gspo_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl(tmp_path):
     trainers, the clip acting on whole sequences in the second optimiser step."""
     status, records, report = run(tmp_path, "verl,openrlhf,trl", **GSPO)
     assert status == 0, report
+    assert sorted(by_step(records)) == [1, 2]
     for pair in records["first_update"]:
-        assert pair["rel"] <= CHAINED and pair["identical"] is True, pair
+        assert pair["tolerance"] == tolerance("float32", pair["optimiser_step"])
+        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
     for framework in ("verl", "openrlhf", "trl"):
         assert step_one(records, framework)["clip_frac_low"] + step_one(records, framework)["clip_frac_high"] > 0

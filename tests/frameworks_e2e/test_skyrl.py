@@ -3,7 +3,8 @@ AdamW eps 1e-8, which SkyRL cannot change, one RL step of two optimiser steps on
 prompts) through SkyRL's RayPPOTrainer and TRL's GRPOTrainer, each in its own virtualenv on the
 CPU stand-ins (``examples/skyrl_cpu``, ``examples/trl_cpu``; both draw the first rollout from
 ``examples/seeded_generation.py`` and score it with the example's reward), then the sign-like
-comparison of ``gmpo_plugins.frameworks.first_update`` on the parameters each left.
+comparison of ``gmpo_plugins.frameworks.first_update`` on the parameters each left after each of
+the first RL step's two optimiser steps.
 
 SkyRL 0.3 imports on Python >= 3.12 only; on 3.11 its processes need ``tests/skyrl/shims`` (a
 ``typing.TypedDict`` stand-in) first on PYTHONPATH, set here for the runs this test starts.
@@ -22,7 +23,7 @@ import pytest
 
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
-from tests.example_runs import EXAMPLE, example_in, first_rollout_reward
+from tests.example_runs import EXAMPLE, assert_last_step_is_the_synced_one, example_in, first_rollout_reward
 
 SHIMS = Path(__file__).resolve().parents[1] / "skyrl" / "shims"
 LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
@@ -39,13 +40,17 @@ def test_skyrl_and_trl_take_the_same_first_rl_step_under_adamw_eps_1e_8_with_the
     assert status == 0, report
     records = json.loads((out / "records.json").read_text())
     assert all(run["complete"] and run["standins"] for run in records["runs"].values())
-    (pair,) = records["first_update"]
-    assert pair["frameworks"] == ["skyrl", "trl"] and pair["comparison"] == SIGN_LIKE
-    assert pair["tolerance"] == tolerance("float32", 2, SIGN_LIKE) == pytest.approx(3e-5)
-    assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
-    # the same first rollout: the step's two prompts, the seeded samples, the example's reward
-    assert pair["step_one_rewards"] == pytest.approx([first_rollout_reward(tmp_path)] * 2, rel=1e-6)
-    assert f"| skyrl / trl | sign-like | {pair['rel']:.2e} | 3e-05 | identical |" in report
+    steps = {pair["optimiser_step"]: pair for pair in records["first_update"]}
+    assert sorted(steps) == [1, 2]
+    for k, pair in steps.items():
+        assert pair["frameworks"] == ["skyrl", "trl"] and pair["comparison"] == SIGN_LIKE
+        assert pair["tolerance"] == tolerance("float32", k, SIGN_LIKE) == pytest.approx(2**k * 1e-5 - 1e-5)
+        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
+        # the same first rollout: the step's two prompts, the seeded samples, the example's reward
+        assert pair["step_one_rewards"] == pytest.approx([first_rollout_reward(tmp_path)] * 2, rel=1e-6)
+    assert f"| skyrl / trl | sign-like | {steps[2]['rel']:.2e} | 3e-05 | identical |" in report
+    assert records["first_update_identical"] is True
+    assert_last_step_is_the_synced_one(out, ("skyrl", "trl"), 2)
     # the clip acted in the second optimiser step, the same way in both trainers' own logs
     skyrl, trl = ([r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in ("skyrl", "trl"))
     assert skyrl["clip_frac_low"] > 0 and skyrl["clip_frac_high"] > 0

@@ -40,6 +40,19 @@ imported (a post-import hook), so a process that never imports it is untouched:
     actor class, process id, torch.distributed rank, loss type, micro-batch rows and valid tokens, the
     ``gmpo_plugins`` package file), so a test can count where and how often the loss ran, and from
     which checkout. The loss itself is unchanged.
+``deepspeed.runtime.engine`` (only with ``GMPO_CPU_STEP_PARAMS`` set: ``examples/optimiser_steps.py``)
+    The actor's parameters after each optimiser step of RL step 1. OpenRLHF syncs its vLLM engines once per
+    RL step, after the step's last optimiser step (``engine_weights_1.pt`` of the vLLM stand-in), so the
+    steps before it are seen nowhere else, and OpenRLHF's strategy steps through ``DeepSpeedEngine.step``
+    (``optimizer_step`` -> ``model.step()``). The recipe trains under ZeRO-2 (``--ds.zero_stage``' default)
+    with DeepSpeed's AdamW: ``DeepSpeedZeroOptimizer.step`` steps that torch optimizer on its own flat
+    float32 partition, then copies the partition into the module's parameters and all-gathers them. A
+    ``register_step_post_hook`` on that inner optimizer therefore fires before the module holds the new
+    values (and sees a flat partition, without names). The first point at which the module holds them is the
+    return of ``DeepSpeedEngine.step``: wrapped here, it saves ``module.named_parameters()`` (under ZeRO-2
+    every rank holds them whole; Hugging Face names, the actor's ``model``) after each call that applied an
+    optimiser step (``global_steps`` advanced), rank 0 writing. ZeRO-3 partitions the parameters themselves
+    and is refused. The engines without an optimiser (the reference model) never call ``step``.
 """
 
 from __future__ import annotations
@@ -207,6 +220,43 @@ def _patch_loss_marker(module):
     module.registry_forward = registry_forward
 
 
+def _optimiser_steps():
+    """``examples/optimiser_steps.py``, the saving every CPU stand-in shares (loaded from its path, as the
+    vLLM stand-in loads ``seeded_generation``: the examples folder is not on this process's path)."""
+    import importlib.util
+    from pathlib import Path
+
+    if "optimiser_steps" not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "optimiser_steps.py"
+        spec = importlib.util.spec_from_file_location("optimiser_steps", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["optimiser_steps"] = module
+    return sys.modules["optimiser_steps"]
+
+
+def _patch_engine_step(module):
+    engine = module.DeepSpeedEngine
+    original = engine.step
+
+    @functools.wraps(original)
+    def step(self, *args, **kwargs):
+        before = self.global_steps
+        result = original(self, *args, **kwargs)
+        if self.global_steps > before:
+            if self.zero_optimization_stage() == 3:
+                raise RuntimeError(
+                    "GMPO_CPU_STEP_PARAMS: the parameters after each optimiser step are read under ZeRO-0/1/2 "
+                    "only (ZeRO-3 partitions them); set --ds.zero_stage 2 or unset GMPO_CPU_STEP_PARAMS"
+                )
+            saving = _optimiser_steps()
+            write = self.global_rank == 0
+            saving.save(self.module.named_parameters(), self.global_steps, write=write)
+        return result
+
+    engine.step = step
+
+
 after_import("torch", _patch_torch_cuda)
 after_import("openrlhf.trainer.ppo_utils.replay_buffer", _patch_replay_buffer)
 after_import("openrlhf.utils.utils", _patch_param_dtype)
@@ -216,4 +266,6 @@ if os.environ.get("OPENRLHF_E2E_RAY"):
     after_import("ray", _patch_ray_init)
 if os.environ.get("OPENRLHF_E2E_RECORD_DIR"):
     after_import("gmpo_plugins.adapters.openrlhf.patch", _patch_loss_marker)
+if os.environ.get("GMPO_CPU_STEP_PARAMS"):
+    after_import("deepspeed.runtime.engine", _patch_engine_step)
 sys.meta_path.insert(0, _PostImportFinder())

@@ -52,8 +52,8 @@ def run_example(folder: Path, translate=None) -> Ran:
     ray_dirs, runs = [], []
     place, run_launch = runner.local_launch, runner.run_launch
 
-    def placing(launch, python, folder):
-        local = place(launch, python, folder)
+    def placing(launch, python, folder, *args):
+        local = place(launch, python, folder, *args)
         ray_dirs.append(local.ray_dir)
         return local
 
@@ -189,6 +189,18 @@ def test_the_first_update_is_one_adam_step_from_the_initial_model(ran):
     assert last["syncs"] == 3 and not torch.equal(
         last["state_dict"]["lm_head.weight"], first["state_dict"]["lm_head.weight"]
     )
+
+
+def test_the_parameters_after_each_optimiser_step_of_the_first_rl_step_are_saved(ran):
+    # one mini-batch, two epochs: two optimiser steps in RL step 1, and none saved after it
+    folder = ran.out / "openrlhf" / "optimiser_steps"
+    assert ran.runs[0].step_params == (str(folder / "step_1.pt"), str(folder / "step_2.pt"))
+    assert sorted(path.name for path in folder.iterdir()) == ["step_1.pt", "step_2.pt"]
+    one, two = (torch.load(name) for name in ran.runs[0].step_params)
+    # the return of DeepSpeed's engine step sees what the first sync hands the engine, to the bit
+    synced = torch.load(ran.runs[0].first_update)["state_dict"]
+    assert sorted(two) == sorted(synced) and all(torch.equal(two[name], synced[name]) for name in two)
+    assert not torch.equal(one["lm_head.weight"], two["lm_head.weight"])
 
 
 def test_the_run_leaves_no_process_and_removes_its_ray_folder(ran):
