@@ -398,10 +398,11 @@ def frameworks_e2e(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's own trainers side by side
     (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
     (run first: `requires`): the first RL step (two optimiser steps, the clip acting), compared after
-    each optimiser step, identical across verl, OpenRLHF and TRL for gmpo and for gspo under the
-    large-eps AdamW, and between SkyRL and TRL
-    under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute), TRL's advantage epsilon
-    and the mini-batch order named, a clip bound flipped in one framework named by its clip fractions.
+    each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
+    between SkyRL and TRL under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute),
+    for grpo with a dual clip across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
+    epsilon and the mini-batch order named, a clip bound flipped in one framework named by its clip
+    fractions.
     Nothing is installed here; the four virtualenvs are removed once it passes."""
     pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
     env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})

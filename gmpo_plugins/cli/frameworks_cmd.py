@@ -19,7 +19,9 @@ command ends with one line per refusal on stderr and exit status 2.
 Without ``--dry-run`` it runs each framework's own trainer in that framework's virtualenv
 (``gmpo_plugins.frameworks.runner``: verl, OpenRLHF, TRL and SkyRL, with the CPU stand-ins of
 ``examples/`` where the interpreter sees no GPU; a setting any framework cannot express is
-refused before anything starts), writes ``DIR/report.md`` (status, the first update
+refused before anything starts, and so is a ``GMPO_PLUGINS_LOSS_HPARAMS`` in this environment:
+each launch sets that variable itself where its framework needs it, and a launch without it
+would inherit this one), writes ``DIR/report.md`` (status, the first update
 compared between frameworks, a per-step table per metric, the differences) and
 ``DIR/records.json``, and exits with status 1 when a run is incomplete (130 after Ctrl-C, the
 report written with what finished).
@@ -28,6 +30,7 @@ report written with what finished).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -88,6 +91,7 @@ def parse_frameworks(value: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
     from gmpo_plugins.frameworks.launch import UnsupportedSettingError
     from gmpo_plugins.frameworks.render import block, write_launch
     from gmpo_plugins.frameworks.spec import SpecError, load_spec, parse_override
@@ -117,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
     lines = [f"{refusal} (leave {refusal.framework} out with --frameworks)" for refusal in refusals]
     if refusals and not args.dry_run:
         raise UsageError(lines[0])
+    if not args.dry_run and os.environ.get(OVERRIDE_ENV, "").strip():
+        raise UsageError(
+            f"{OVERRIDE_ENV} is set in this environment; the spec's loss_hparams decide a run's hyper-parameters "
+            "(each launch sets the variable where its framework needs it, and the others would inherit this one): "
+            "unset it"
+        )
     base = (out if out is not None else Path(DEFAULT_OUT)).resolve()
     launches = [launch.with_out(str(base / launch.framework)) for launch in launches]
     if not args.dry_run:

@@ -102,6 +102,18 @@ def test_a_refused_setting_stops_a_run_before_anything_starts(write_spec, capsys
     assert not (tmp_path / "gmpo-frameworks").exists()
 
 
+def test_a_run_refuses_a_loss_hparams_override_in_its_own_environment(write_spec, capsys, tmp_path, monkeypatch):
+    # a launch that does not set GMPO_PLUGINS_LOSS_HPARAMS would inherit it: the spec decides instead
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GMPO_PLUGINS_LOSS_HPARAMS", '{"dual_clip": 2.0}')
+    err = usage_error(capsys, ["frameworks", str(write_spec(loss="grpo")), "--frameworks", "trl"])
+    assert err.startswith("gmpo-plugins frameworks: error: GMPO_PLUGINS_LOSS_HPARAMS is set in this environment; ")
+    assert err.endswith(": unset it") and not (tmp_path / "gmpo-frameworks").exists()
+    # a dry run translates without it (the launches are the spec's)
+    assert main(["frameworks", str(write_spec(loss="grpo")), "--dry-run", "--frameworks", "verl"]) == 0
+    assert 'GMPO_PLUGINS_LOSS_HPARAMS={"dual_clip": null}' in capsys.readouterr().out
+
+
 def test_set_replaces_spec_values_as_toml(write_spec, capsys):
     argv = ["frameworks", str(write_spec()), "--dry-run", "--frameworks", "verl"]
     sets = ["--set", "steps=1", "--set", "advantage_std_norm=false", "--set", "loss_hparams.eps_low=0.3"]

@@ -6,10 +6,12 @@ The same translations are checked against the installed frameworks in their own 
 from __future__ import annotations
 
 import ast
+import json
 import shlex
 
 import pytest
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.frameworks.launch import OUT, UnsupportedSettingError
 from gmpo_plugins.frameworks.render import shell_lines
 from gmpo_plugins.frameworks.spec import load_spec
@@ -84,16 +86,6 @@ def test_verl_kl_sgd_and_fp32(write_spec):
     assert got[f"++{actor}.fsdp_config.mixed_precision"] == "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 
 
-def test_verl_refuses_grpo_without_a_dual_clip(write_spec):
-    # verl always passes clip_ratio_c (3.0 by default) as grpo's dual clip
-    error = refusal(load_spec(write_spec(loss="grpo")), verl_translator.translate)
-    assert (error.framework, error.setting) == ("verl", "loss_hparams.dual_clip=None")
-    assert "dual_clip=3.0" in str(error)
-    launch = verl_translator.translate(load_spec(write_spec(loss="grpo", loss_hparams={"dual_clip": 3.0})))
-    assert overrides(launch)["actor_rollout_ref.actor.clip_ratio_c"] == "3.0"
-    assert overrides(launch)["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"  # grpo's default
-
-
 def test_verl_and_skyrl_refuse_a_mini_batch_that_splits_a_group(write_spec):
     spec = load_spec(write_spec(rollouts_per_prompt=4, prompts_per_step=2, mini_batch_size=2, micro_batch_size=2))
     for translator, framework in ((verl_translator, "verl"), (skyrl_translator, "skyrl")):
@@ -165,15 +157,16 @@ def test_trl_config_counts(write_spec):
         if isinstance(node, ast.Assign) and node.targets[0].id.isupper()
     }
     assert constants["CONFIG"] == {**config, "output_dir": OUT}
-    assert (constants["LOSS"], constants["LOSS_HPARAMS"], constants["MAX_PROMPT_LENGTH"]) == ("gmpo", {}, 512)
-    assert "RegistryGRPOTrainer(" in script
+    assert (constants["LOSS"], constants["MAX_PROMPT_LENGTH"]) == ("gmpo", 512)
+    assert "RegistryGRPOTrainer(" in script and "loss_hparams" not in script
+    assert launch.env == {}  # every hyper-parameter is a GRPOConfig field or the loss's default
 
 
-def test_trl_passes_the_kl_estimator_and_untranslated_hparams_as_loss_hparams(write_spec):
+def test_trl_passes_the_kl_estimator_and_untranslated_hparams_in_the_environment(write_spec):
     spec = load_spec(write_spec(kl_coef=0.1, kl_estimator="k1", loss_hparams={"log_ratio_bound": 10.0}))
     assert trl_translator.grpo_config(spec)["beta"] == 0.1
-    script = trl_translator.translate(spec).files["train_trl.py"]
-    assert "LOSS_HPARAMS = {'kl_estimator': 'k1', 'log_ratio_bound': 10.0}" in script
+    launch = trl_translator.translate(spec)
+    assert json.loads(launch.env[OVERRIDE_ENV]) == {"kl_estimator": "k1", "log_ratio_bound": 10.0}
 
 
 def test_trl_refuses_a_constant_length_other_than_the_response_length(write_spec):
@@ -183,12 +176,11 @@ def test_trl_refuses_a_constant_length_other_than_the_response_length(write_spec
     assert "max_completion_length" in str(error)
 
 
-def test_others_refuse_an_untranslated_hparam(write_spec):
+def test_every_framework_carries_an_untranslated_hparam_in_the_environment(write_spec):
+    # no framework has a setting for the log-ratio bound: GMPO_PLUGINS_LOSS_HPARAMS carries it to each
     spec = load_spec(write_spec(loss_hparams={"log_ratio_bound": 10.0}))
-    for translator in (verl_translator, openrlhf_translator, skyrl_translator):
-        error = refusal(spec, translator.translate)
-        assert error.setting == "loss_hparams.log_ratio_bound=10.0"
-        assert "log_ratio_bound=20.0 (the registry default)" in str(error)
+    for launch in translate(spec):
+        assert json.loads(launch.env[OVERRIDE_ENV]) == {"log_ratio_bound": 10.0}, launch.framework
 
 
 def test_skyrl_overrides(write_spec):
@@ -201,11 +193,6 @@ def test_skyrl_overrides(write_spec):
     assert (got[f"{algorithm}.use_kl_loss"], got[f"{algorithm}.kl_loss_coef"]) == ("true", "0.02")
     assert got["trainer.policy_mini_batch_size"] == "2" and got["trainer.train_batch_size"] == "2"
     compile(launch.files["skyrl_main.py"], "skyrl_main.py", "exec")
-
-
-def test_skyrl_refuses_a_dual_clip(write_spec):
-    error = refusal(load_spec(write_spec(loss="grpo", loss_hparams={"dual_clip": 3.0})), skyrl_translator.translate)
-    assert (error.framework, error.setting) == ("skyrl", "loss_hparams.dual_clip=3.0")
 
 
 def test_with_out_fills_every_placeholder(write_spec):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.adapters.openrlhf.cli import parse_args
 from gmpo_plugins.adapters.openrlhf.options import plan_loss
 from gmpo_plugins.core.registry import get_loss
@@ -24,11 +25,16 @@ def spec_in(tmp_path, **values):
         {"kl_coef": 0.05, "kl_estimator": "k2", "advantage_std_norm": False},
         {"loss": "grpo", "loss_hparams": {"dual_clip": 3.0, "reduction": "token-mean"}},
         {"loss": "gspo"},
+        {"loss": "grpo", "loss_hparams": {"dual_clip": 3.0}},
+        {"loss": "dapo"},
     ],
 )
-def test_the_arguments_parse_with_gmpo_openrlhfs_parser(tmp_path, values):
+def test_the_arguments_parse_with_gmpo_openrlhfs_parser(tmp_path, monkeypatch, values):
     spec = spec_in(tmp_path, **values)
     launch = translator.translate(spec).with_out(str(tmp_path / "out"))
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
+    for key, value in launch.env.items():  # what the launch's environment gives the adapter
+        monkeypatch.setenv(key, value)
     args = vars(parse_args(list(launch.argv[1:])))
     # OpenRLHF counts responses for training and prompts for rollouts
     assert (args["rollout.batch_size"], args["rollout.n_samples_per_prompt"], args["train.batch_size"]) == (4, 4, 8)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from skyrl.train.config import SkyRLTrainConfig
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.adapters.skyrl.options import hparams_from_config
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.translate import skyrl as translator
@@ -20,11 +21,16 @@ from tests.run_specs import spec_in
         {"kl_coef": 0.05, "kl_estimator": "k2", "dtype": "float32", "advantage_std_norm": False},
         {"loss": "dr_grpo", "loss_hparams": {"norm_length": 64}},
         {"loss": "grpo", "loss_hparams": {"reduction": "token-mean"}},
+        {"loss": "grpo", "loss_hparams": {"dual_clip": 3.0}},  # the dual clip in GMPO_PLUGINS_LOSS_HPARAMS
+        {"loss": "dapo"},
     ],
 )
-def test_the_overrides_parse_into_skyrls_config(tmp_path, values):
+def test_the_overrides_parse_into_skyrls_config(tmp_path, monkeypatch, values):
     spec = spec_in(tmp_path, **values)
     launch = translator.translate(spec).with_out(str(tmp_path / "out"))
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
+    for key, value in launch.env.items():  # what the launch's environment gives the adapter
+        monkeypatch.setenv(key, value)
     cfg = SkyRLTrainConfig.from_cli_overrides(list(launch.argv[2:]))
     trainer, algorithm = cfg.trainer, cfg.trainer.algorithm
     # 4 prompts per step, 8 responses per mini-batch / 4 rollouts = 2 prompts: SkyRL counts prompts

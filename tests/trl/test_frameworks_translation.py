@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from trl import GRPOConfig
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.adapters.trl.options import loss_hparams_from_args
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.spec import load_spec
@@ -36,9 +37,11 @@ def spec_in(tmp_path, **values):
         {"kl_coef": 0.05, "kl_estimator": "k1", "loss_hparams": {"log_ratio_bound": 10.0}},
         {"loss": "dr_grpo", "max_response_length": 64, "loss_hparams": {"norm_length": 64}},
         {"loss": "grpo", "optimizer": "sgd", "dtype": "float32", "advantage_std_norm": False},
+        {"loss": "grpo", "loss_hparams": {"dual_clip": 3.0}},  # the dual clip in GMPO_PLUGINS_LOSS_HPARAMS
+        {"loss": "dapo"},
     ],
 )
-def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, values):
+def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, monkeypatch, values):
     spec = spec_in(tmp_path, **values)
     config = translator.grpo_config(spec)
     config["output_dir"] = str(tmp_path / "out")
@@ -49,7 +52,11 @@ def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, 
     assert args.generation_batch_size == 32 and args.num_generations == 4
     assert args.max_steps == 1 * 4 * 1  # steps * optimiser steps per step * epochs
     loss = get_loss(spec.loss)
-    got = loss_hparams_from_args(args, loss, translator.loss_hparams(spec, config))
+    # the rest arrives in the launch's GMPO_PLUGINS_LOSS_HPARAMS
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
+    for key, value in translator.translate(spec).env.items():
+        monkeypatch.setenv(key, value)
+    got = loss_hparams_from_args(args, loss)
     wanted = spec.resolved_hparams()
     if "kl_beta" in loss.defaults:
         wanted.update(kl_beta=spec.kl_coef, kl_estimator=spec.kl_estimator)
@@ -65,7 +72,7 @@ def run_script(launch, tmp_path):
     launch = launch.with_out(str(out))
     out.mkdir()
     (out / "train_trl.py").write_text(launch.files["train_trl.py"])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, **launch.env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return out, subprocess.run(
         [sys.executable, str(out / "train_trl.py")], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
     )

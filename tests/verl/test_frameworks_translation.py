@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.adapters.verl import check_policy_loss
 from gmpo_plugins.adapters.verl.options import hparams_from_config
 from gmpo_plugins.core.registry import get_loss
@@ -31,10 +32,16 @@ def composed(spec, out):
         ({"loss_hparams": {"eps_low": 0.3, "eps_high": 0.5}}, None),
         ({"kl_coef": 0.05, "kl_estimator": "k3", "optimizer": "sgd", "dtype": "float32"}, "low_var_kl"),
         ({"loss": "grpo", "loss_hparams": {"dual_clip": 3.0, "reduction": "token-mean"}}, None),
+        ({"loss": "grpo"}, None),  # no dual clip: {"dual_clip": null} in GMPO_PLUGINS_LOSS_HPARAMS
+        ({"loss": "dapo"}, None),
     ],
 )
-def test_the_overrides_compose_and_validate_with_verls_config(tmp_path, values, kl_type):
+def test_the_overrides_compose_and_validate_with_verls_config(tmp_path, monkeypatch, values, kl_type):
     spec = spec_in(tmp_path, **values)
+    monkeypatch.delenv(OVERRIDE_ENV, raising=False)
+    for key, value in translator.translate(spec).env.items():  # what the launch's environment gives the adapter
+        if key == OVERRIDE_ENV:
+            monkeypatch.setenv(key, value)
     config = composed(spec, tmp_path / "out")
     actor = config.actor_rollout_ref.actor
     # 8 responses per mini-batch / 4 rollouts per prompt = 2 prompts, verl's unit

@@ -1,15 +1,20 @@
 """What every translator does the same way: check that the framework's adapter will run the
-spec's loss hyper-parameters exactly, and write the reward bridge's import lines."""
+spec's loss hyper-parameters exactly (its own settings, then ``GMPO_PLUGINS_LOSS_HPARAMS`` for
+what they cannot carry), and write the reward bridge's import lines."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_SUM_NORM
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.frameworks.launch import UnsupportedSettingError
@@ -53,10 +58,7 @@ def check_hparams(
     translation returned (keys it leaves out keep the registry default), ``wanted``
     overrides the spec's resolved values (KL settings the framework puts into the loss)."""
     loss = get_loss(spec.loss)
-    target = {**spec.resolved_hparams(), **(wanted or {})}
-    if target.get("reduction") != SEQ_MEAN_TOKEN_SUM_NORM:  # the constant length is used by that reduction only
-        target.pop("norm_length", None)
-    for key, value in target.items():
+    for key, value in target_hparams(spec, wanted).items():
         got = expressed.get(key, loss.defaults[key])
         if got != value:
             source = "the registry default" if key not in expressed else "its translation of the settings"
@@ -65,6 +67,77 @@ def check_hparams(
                 f"loss_hparams.{key}={value!r}",
                 f"its adapter would call {spec.loss} with {key}={got!r} ({source})" + (f"; {why}" if why else ""),
             )
+
+
+def target_hparams(spec: RunSpec, wanted: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The hyper-parameters the loss must be called with: the spec's resolved values, ``wanted``
+    over them, without ``norm_length`` unless the reduction uses it."""
+    target = {**spec.resolved_hparams(), **(wanted or {})}
+    if target.get("reduction") != SEQ_MEAN_TOKEN_SUM_NORM:  # the constant length is used by that reduction only
+        target.pop("norm_length", None)
+    return target
+
+
+@contextlib.contextmanager
+def _override_env(values: Mapping[str, Any]) -> Iterator[None]:
+    """``GMPO_PLUGINS_LOSS_HPARAMS`` set to ``values`` (unset when empty) while the adapter reads
+    it, as the framework's processes will see it; this process's own value restored after."""
+    saved = os.environ.get(OVERRIDE_ENV)
+    if values:
+        os.environ[OVERRIDE_ENV] = override_json(values)
+    else:
+        os.environ.pop(OVERRIDE_ENV, None)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(OVERRIDE_ENV, None)
+        else:
+            os.environ[OVERRIDE_ENV] = saved
+
+
+def override_json(values: Mapping[str, Any]) -> str:
+    """``GMPO_PLUGINS_LOSS_HPARAMS``'s value for ``values`` (JSON; None is null)."""
+    return json.dumps(dict(values))
+
+
+def override_env(values: Mapping[str, Any]) -> dict[str, str]:
+    """The launch's environment entry carrying ``values`` ({} when there is nothing to carry)."""
+    return {OVERRIDE_ENV: override_json(values)} if values else {}
+
+
+def loss_override(
+    framework: str,
+    spec: RunSpec,
+    read: Callable[[], Mapping[str, Any]],
+    *,
+    wanted: Mapping[str, Any] | None = None,
+    why: str = "",
+) -> dict[str, Any]:
+    """What ``GMPO_PLUGINS_LOSS_HPARAMS`` must carry so that the adapter of ``framework`` calls the
+    loss with exactly the spec's hyper-parameters (``target_hparams``).
+
+    ``read`` runs the adapter's own resolution on the translated settings (it reads the
+    variable) and returns the hyper-parameters it would call the loss with; it raises
+    UnsupportedSettingError for settings the adapter refuses. Read first without the
+    variable, the settings decide; every hyper-parameter they leave at another value (a
+    setting the framework lacks: verl's dual clip always on, SkyRL's none) goes into the
+    variable, and the adapter reads the settings again with it. A value the adapter still
+    does not reproduce (an override it refuses or overrules) is refused (``check_hparams``).
+    """
+    loss = get_loss(spec.loss)
+    with _override_env({}):
+        expressed = read()
+    extra = {
+        key: value
+        for key, value in target_hparams(spec, wanted).items()
+        if expressed.get(key, loss.defaults[key]) != value
+    }
+    if extra:
+        with _override_env(extra):
+            expressed = read()
+    check_hparams(framework, spec, expressed, wanted=wanted, why=why)
+    return extra
 
 
 def reward_import(reference: str, alias: str = "_reward") -> str:

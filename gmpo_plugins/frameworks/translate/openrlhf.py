@@ -29,9 +29,13 @@
                                 runs with the CPU stand-ins of examples/openrlhf_cpu, a ``precision``
                                 difference)
 
+    (loss_hparams no flag carries)  GMPO_PLUGINS_LOSS_HPARAMS in the launch's environment, which
+                                gmpo-openrlhf forwards to its Ray workers
+
 Adam's betas are set to torch's (0.9, 0.999), as the other frameworks use (OpenRLHF's default
-is (0.9, 0.95)). The adapter's own ``plan_loss`` and ``check_advantages`` read the
-translated flags back; a hyper-parameter they would not reproduce is refused.
+is (0.9, 0.95)). The adapter's own ``loss_resolution`` and ``check_advantages`` read the
+translated flags back, first without the variable and then with what the flags leave
+different (``loss_override``); a hyper-parameter they would still not reproduce is refused.
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ from gmpo_plugins.frameworks.translate._common import (
     FILE_ORDER,
     adapter_options,
     advantage_formula,
-    check_hparams,
     kl_placement,
     kl_refusal,
+    loss_override,
     mini_batch_order,
+    override_env,
     precision,
     reward_import,
 )
@@ -146,8 +151,9 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
     )
 
 
-def _loss_args(spec: RunSpec) -> list[str]:
-    """The adapter's flags for the spec's loss, checked by reading them back with the adapter."""
+def _loss_args(spec: RunSpec) -> tuple[list[str], dict[str, object]]:
+    """The adapter's flags for the spec's loss, checked by reading them back with the adapter,
+    and what ``GMPO_PLUGINS_LOSS_HPARAMS`` carries (``loss_override``)."""
     options = adapter_options("openrlhf")
     loss = get_loss(spec.loss)
     params = spec.resolved_hparams()
@@ -156,27 +162,37 @@ def _loss_args(spec: RunSpec) -> list[str]:
     eps = (params["eps_low"], params["eps_high"]) if "eps_low" in loss.defaults else (0.2, 0.2)
     dual_clip = params.get("dual_clip")
     use_kl = spec.kl_coef > 0
-    try:
-        plan = options.plan_loss(
-            policy_loss_type,
-            clip_eps_low=eps[0],
-            clip_eps_high=eps[1],
-            dual_clip=dual_clip,
-            token_level_loss=token_level,
-        )
-        options.check_advantages(
-            loss, policy_loss_type, estimator="group_norm", gamma=1.0, kl_use_loss=use_kl, kl_init_coef=spec.kl_coef
-        )
-    except options.OpenRLHFConfigError as exc:
-        raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
-    check_hparams(NAME, spec, plan.hparams)
+
+    def read() -> dict[str, object]:
+        try:
+            resolution = options.loss_resolution(
+                policy_loss_type,
+                clip_eps_low=eps[0],
+                clip_eps_high=eps[1],
+                dual_clip=dual_clip,
+                token_level_loss=token_level,
+            )
+            options.check_advantages(
+                loss,
+                policy_loss_type,
+                estimator="group_norm",
+                gamma=1.0,
+                kl_use_loss=use_kl,
+                kl_init_coef=spec.kl_coef,
+            )
+        except options.OpenRLHFConfigError as exc:
+            raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
+        assert resolution is not None  # PREFIX always selects a registry loss
+        return resolution.params()
+
+    extra = loss_override(NAME, spec, read)
     args = ["--actor.policy_loss_type", policy_loss_type]
     if "eps_low" in loss.defaults:
         args += ["--actor.eps_clip_low_high", str(eps[0]), str(eps[1])]
     if dual_clip is not None:
         args += ["--actor.dual_clip", str(dual_clip)]
     args += ["--actor.loss_agg_mode", TOKEN_MEAN if token_level else SEQ_MEAN_TOKEN_MEAN]
-    return args
+    return args, extra
 
 
 def _refusals(spec: RunSpec) -> None:
@@ -191,6 +207,7 @@ def _refusals(spec: RunSpec) -> None:
 def translate(spec: RunSpec) -> Launch:
     """OpenRLHF's launch for ``spec`` (module docstring); UnsupportedSettingError otherwise."""
     _refusals(spec)
+    loss_args, extra = _loss_args(spec)
     kl = (
         [
             "--algo.kl.use_loss",
@@ -219,7 +236,7 @@ def translate(spec: RunSpec) -> Launch:
         str(spec.max_prompt_length + spec.max_response_length),
         "--reward.remote_url",
         f"{OUT}/reward.py",
-        *_loss_args(spec),
+        *loss_args,
         "--algo.advantage.estimator",
         "group_norm" if spec.advantage_std_norm else "dr_grpo",
         *kl,
@@ -268,4 +285,6 @@ def translate(spec: RunSpec) -> Launch:
         f"{OUT}/tensorboard",
     ]
     bridge = REWARD_BRIDGE.format(imports=reward_import(spec.reward), tokenizer=str(spec.tokenizer_path))
-    return Launch(NAME, tuple(argv), files={"reward.py": bridge}, differences=differences(spec))
+    return Launch(
+        NAME, tuple(argv), env=override_env(extra), files={"reward.py": bridge}, differences=differences(spec)
+    )

@@ -27,8 +27,16 @@
     dtype                       trainer.policy.fsdp_config.mixed_precision.param_dtype (bf16 | fp32),
                                 trainer.bf16 (the model's load dtype)
 
-The adapter's own ``hparams_from_config`` reads the algorithm fields back; a hyper-parameter
-it would not reproduce is refused (``dual_clip``: SkyRL applies clip_ratio_c only to its own loss).
+    (loss_hparams no field carries)  GMPO_PLUGINS_LOSS_HPARAMS in the launch's environment, which
+                                the script forwards to SkyRL's Ray workers
+                                (``adapters.skyrl.entrypoint.forward_loss_hparams``): e.g.
+                                {"dual_clip": 3.0} (SkyRL applies clip_ratio_c to its own
+                                dual_clip loss only)
+
+The adapter's own ``resolution_from_config`` reads the algorithm fields back, first without the
+variable and then with what they leave different (``loss_override``); a hyper-parameter it
+would still not reproduce is refused (the reduction and its length: SkyRL scales the
+advantages by them before the loss).
 """
 
 from __future__ import annotations
@@ -43,10 +51,11 @@ from gmpo_plugins.frameworks.spec import FIELDS, RunSpec
 from gmpo_plugins.frameworks.translate._common import (
     adapter_options,
     advantage_formula,
-    check_hparams,
     kl_placement,
     kl_refusal,
+    loss_override,
     mini_batch_order,
+    override_env,
     precision,
     reward_import,
 )
@@ -77,6 +86,7 @@ from skyrl.train.utils.utils import initialize_ray
 from skyrl_gym.envs import register
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from gmpo_plugins.adapters.skyrl.entrypoint import forward_loss_hparams
 from gmpo_plugins.adapters.skyrl.registration import register_losses
 
 {imports}
@@ -103,6 +113,7 @@ def main():
     register_losses()  # before initialize_ray, which hands SkyRL's registry to its Ray actor
     cfg = SkyRLTrainConfig.from_cli_overrides(sys.argv[1:])
     validate_cfg(cfg)
+    forward_loss_hparams()  # the Ray workers' environment carries GMPO_PLUGINS_LOSS_HPARAMS
     initialize_ray(cfg)
     ray.get(entrypoint.remote(cfg))
 
@@ -154,8 +165,9 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
     )
 
 
-def _algorithm(spec: RunSpec) -> dict[str, object]:
-    """The ``trainer.algorithm`` fields the adapter translates, for the spec's loss."""
+def _algorithm(spec: RunSpec) -> tuple[dict[str, object], dict[str, object]]:
+    """The ``trainer.algorithm`` fields the adapter translates, for the spec's loss, and what
+    ``GMPO_PLUGINS_LOSS_HPARAMS`` carries (``loss_override``)."""
     loss = get_loss(spec.loss)
     params = spec.resolved_hparams()
     fields: dict[str, object] = {}
@@ -167,12 +179,14 @@ def _algorithm(spec: RunSpec) -> dict[str, object]:
     if reduction == SEQ_MEAN_TOKEN_SUM_NORM:
         fields["max_seq_len"] = params["norm_length"]
     options = adapter_options("skyrl")
-    try:
-        expressed = options.hparams_from_config(loss, SimpleNamespace(**fields), PREFIX + spec.loss)
-    except options.SkyRLConfigError as exc:
-        raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
-    check_hparams(NAME, spec, expressed, why="SkyRL applies clip_ratio_c to its own dual_clip loss only")
-    return fields
+
+    def read() -> dict[str, object]:
+        try:
+            return options.resolution_from_config(loss, SimpleNamespace(**fields), PREFIX + spec.loss).params()
+        except options.SkyRLConfigError as exc:
+            raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
+
+    return fields, loss_override(NAME, spec, read)
 
 
 def _refusals(spec: RunSpec) -> None:
@@ -200,7 +214,7 @@ def _refusals(spec: RunSpec) -> None:
 def translate(spec: RunSpec) -> Launch:
     """SkyRL's launch for ``spec``: ``python3 {out}/skyrl_main.py OVERRIDES`` (module docstring)."""
     _refusals(spec)
-    fields = _algorithm(spec)
+    fields, extra = _algorithm(spec)
     use_kl = spec.kl_coef > 0
     kl = (
         [
@@ -257,6 +271,7 @@ def translate(spec: RunSpec) -> Launch:
     return Launch(
         NAME,
         ("python3", f"{OUT}/skyrl_main.py", *overrides),
+        env=override_env(extra),
         files={"skyrl_main.py": script},
         prepare=prepare,
         differences=differences(spec),

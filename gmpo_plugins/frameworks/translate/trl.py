@@ -4,9 +4,12 @@ spec                        GRPOConfig / script
 model, tokenizer            RegistryGRPOTrainer(model=...), processing_class (AutoTokenizer)
 dataset                     datasets.load_dataset(json | parquet); prompt -> one user message
 reward                      a TRL reward function reward(completions, answer, **kwargs)
-loss, loss_hparams          RegistryGRPOTrainer(loss=..., loss_hparams=...); the adapter's
-                            fields (``adapters.trl.options.TRANSLATED``): epsilon, epsilon_high,
-                            beta, max_completion_length; every other hyper-parameter in loss_hparams
+loss, loss_hparams          RegistryGRPOTrainer(loss=...); the adapter's fields
+                            (``adapters.trl.options.TRANSLATED``): epsilon, epsilon_high, beta,
+                            max_completion_length; every other hyper-parameter that differs from
+                            the loss's default (dual_clip, kl_estimator, ...) in
+                            GMPO_PLUGINS_LOSS_HPARAMS, the launch's environment, as for the other
+                            frameworks
 rollouts_per_prompt         num_generations
 micro_batch_size            per_device_train_batch_size
 mini_batch_size             gradient_accumulation_steps = mini_batch_size / micro_batch_size
@@ -21,7 +24,7 @@ max_prompt_length           checked by the script (an error for a longer prompt,
 max_response_length         max_completion_length
 temperature                 temperature
 advantage_std_norm          scale_rewards group (true) | none (false)
-kl_coef, kl_estimator       beta, loss_hparams.kl_estimator (TRL loads the reference model)
+kl_coef, kl_estimator       beta, kl_estimator in GMPO_PLUGINS_LOSS_HPARAMS (TRL loads the reference model)
 steps                       max_steps = steps * optimiser steps per step * epochs_per_batch
 seed                        seed; shuffle_dataset=False (prompts in file order, as verl's data.shuffle=false)
 dtype                       bf16 (autocast over float32 weights; the script adds use_cpu without a GPU) or float32
@@ -42,6 +45,7 @@ from gmpo_plugins.frameworks.translate._common import (
     check_hparams,
     kl_placement,
     mini_batch_order,
+    override_env,
     precision,
     reward_import,
 )
@@ -70,7 +74,6 @@ TOKENIZER = {tokenizer!r}
 DATASET = {dataset!r}
 MAX_PROMPT_LENGTH = {max_prompt_length!r}
 LOSS = {loss!r}
-LOSS_HPARAMS = {loss_hparams!r}
 CONFIG = {config}
 
 
@@ -107,7 +110,6 @@ def main():
         train_dataset=dataset,
         processing_class=tokenizer,
         loss=LOSS,
-        loss_hparams=LOSS_HPARAMS,
     )
     trainer.train()
     with open(CONFIG["output_dir"] + "/log_history.json", "w") as handle:
@@ -159,8 +161,10 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
 
 
 def loss_hparams(spec: RunSpec, config: dict[str, Any]) -> dict[str, Any]:
-    """loss_hparams for RegistryGRPOTrainer: what GRPOConfig does not carry, checked against the
-    adapter's table (``TRANSLATED``: hyper-parameter -> GRPOConfig field)."""
+    """What ``GMPO_PLUGINS_LOSS_HPARAMS`` carries for TRL: the hyper-parameters GRPOConfig does not
+    carry that differ from the loss's defaults, checked against the adapter's table
+    (``TRANSLATED``: hyper-parameter -> GRPOConfig field; the adapter needs TRL to run, so its
+    table is read here, not its resolution)."""
     translated = adapter_options("trl").TRANSLATED
     loss = get_loss(spec.loss)
     params = spec.resolved_hparams()
@@ -236,9 +240,12 @@ def translate(spec: RunSpec) -> Launch:
         dataset=str(spec.dataset),
         max_prompt_length=spec.max_prompt_length,
         loss=spec.loss,
-        loss_hparams=extra,
         config=pprint.pformat(config, sort_dicts=False, width=100),
     )
     return Launch(
-        NAME, ("python3", f"{OUT}/train_trl.py"), files={"train_trl.py": script}, differences=differences(spec)
+        NAME,
+        ("python3", f"{OUT}/train_trl.py"),
+        env=override_env(extra),
+        files={"train_trl.py": script},
+        differences=differences(spec),
     )

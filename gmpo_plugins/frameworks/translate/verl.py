@@ -25,9 +25,14 @@
     dtype                       actor/ref fsdp_config.mixed_precision.param_dtype (bf16 | fp32)
     (metrics)                   trainer.logger=[console,file], VERL_FILE_LOGGER_PATH={out}/metrics.jsonl
 
-The adapter's own ``hparams_from_config`` reads the translated actor fields back; a
-hyper-parameter it would not reproduce is refused (e.g. ``dual_clip=None`` for grpo: verl
-always passes ``clip_ratio_c``).
+    (loss_hparams no field carries)  GMPO_PLUGINS_LOSS_HPARAMS in the launch's environment (verl's
+                                Ray workers inherit the driver's): e.g. {"dual_clip": null} for
+                                grpo and dapo without a dual clip, as clip_ratio_c (3.0 unless
+                                set) is always passed as one
+
+The adapter's own ``resolution_from_config`` reads the translated actor fields back, first
+without the variable and then with what they leave different (``loss_override``); a
+hyper-parameter it would still not reproduce is refused.
 """
 
 from __future__ import annotations
@@ -42,10 +47,11 @@ from gmpo_plugins.frameworks.translate._common import (
     FILE_ORDER,
     adapter_options,
     advantage_formula,
-    check_hparams,
     kl_placement,
     kl_refusal,
+    loss_override,
     mini_batch_order,
+    override_env,
     precision,
     reward_import,
 )
@@ -125,17 +131,19 @@ def _loss_fields(spec: RunSpec) -> dict[str, object]:
     return fields
 
 
-def _check_loss(spec: RunSpec, fields: dict[str, object]) -> None:
+def _check_loss(spec: RunSpec, fields: dict[str, object]) -> dict[str, object]:
+    """What ``GMPO_PLUGINS_LOSS_HPARAMS`` carries for verl (``loss_override``)."""
     options = adapter_options("verl")
     loss_mode = PREFIX + spec.loss
     actor = SimpleNamespace(**{**VERL_DEFAULTS, **fields})
-    try:
-        expressed = options.hparams_from_config(get_loss(spec.loss), actor, actor.loss_agg_mode, loss_mode)
-    except options.VerlConfigError as exc:
-        raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
-    check_hparams(
-        NAME, spec, expressed, why=f"verl passes {ACTOR}.clip_ratio_c (3.0 unless set) as the dual clip of every call"
-    )
+
+    def read() -> dict[str, object]:
+        try:
+            return options.resolution_from_config(get_loss(spec.loss), actor, actor.loss_agg_mode, loss_mode).params()
+        except options.VerlConfigError as exc:
+            raise UnsupportedSettingError(NAME, f"loss={spec.loss}", str(exc)) from None
+
+    return loss_override(NAME, spec, read)
 
 
 def _kl(spec: RunSpec) -> list[str]:
@@ -153,7 +161,7 @@ def translate(spec: RunSpec) -> Launch:
             f"rollouts_per_prompt={spec.rollouts_per_prompt}",
         )
     fields = _loss_fields(spec)
-    _check_loss(spec, fields)
+    extra = _check_loss(spec, fields)
     dtype = PARAM_DTYPES[spec.dtype]
     precision = f"{{param_dtype:{dtype},reduce_dtype:fp32,buffer_dtype:fp32}}"
     use_kl = spec.kl_coef > 0
@@ -213,7 +221,7 @@ def translate(spec: RunSpec) -> Launch:
     return Launch(
         NAME,
         ("python3", "-m", "verl.trainer.main_ppo", *overrides),
-        env={"VERL_FILE_LOGGER_PATH": f"{OUT}/metrics.jsonl"},
+        env={"VERL_FILE_LOGGER_PATH": f"{OUT}/metrics.jsonl", **override_env(extra)},
         files={"reward.py": bridge},
         prepare=prepare,
         differences=differences(spec),

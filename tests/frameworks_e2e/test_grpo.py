@@ -1,0 +1,80 @@
+"""A second loss through all four trainers: grpo with verl's dual clip (3.0) on the example aligned
+for SkyRL (``examples/frameworks/tiny_adam.toml``: AdamW eps 1e-8, one RL step of two optimiser
+steps, compared after each), through verl's RayPPOTrainer, OpenRLHF's train_ppo_ray, TRL's GRPOTrainer and SkyRL's
+RayPPOTrainer, each in its own virtualenv on the CPU stand-ins.
+
+verl carries the dual clip in ``clip_ratio_c`` and OpenRLHF in ``--actor.dual_clip``; TRL and SkyRL
+have no setting for it, so their launches export it in ``GMPO_PLUGINS_LOSS_HPARAMS``, which the
+loss then reads in the process that computes it (TRL's trainer, SkyRL's Ray policy worker: the
+adapters' provenance lines in the logs). Every pair of the four is compared with the sign-like
+comparison of ``gmpo_plugins.frameworks.first_update``, and grpo's token clip (ratio space,
+[0.8, 1.2]) acts in the second optimiser step, the same way in the four logs.
+
+Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
+virtualenvs (SkyRL's processes need ``tests/skyrl/shims`` on PYTHONPATH, set here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from gmpo_plugins.cli import main
+from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
+from tests.example_runs import EXAMPLE, example_in, first_rollout_reward
+
+SHIMS = Path(__file__).resolve().parents[1] / "skyrl" / "shims"
+FRAMEWORKS = ("verl", "openrlhf", "trl", "skyrl")
+LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+GRPO = ('loss="grpo"', "loss_hparams.eps_low=0.2", "loss_hparams.eps_high=0.2", "loss_hparams.dual_clip=3.0")
+OVERRIDE = "dual_clip=3.0 (override GMPO_PLUGINS_LOSS_HPARAMS)"  # the adapters' provenance line
+
+
+def test_grpo_with_a_dual_clip_takes_the_same_first_rl_step_in_the_four_trainers(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SHIMS), os.environ.get("PYTHONPATH")])))
+    example_in(tmp_path)  # the model, the reward
+    for name in ("tiny_adam.toml", "prompts_first_step.jsonl"):
+        shutil.copy(EXAMPLE / name, tmp_path / name)
+    out = tmp_path / "run"
+    sets = [arg for value in GRPO for arg in ("--set", value)]
+    argv = ["frameworks", str(tmp_path / "tiny_adam.toml"), *sets, "--frameworks", ",".join(FRAMEWORKS)]
+    status = main([*argv, "--out", str(out)])
+    report = (out / "report.md").read_text()
+    assert status == 0, report
+    records = json.loads((out / "records.json").read_text())
+    assert all(run["complete"] and run["standins"] for run in records["runs"].values())
+
+    # the dual clip: each framework's own setting, or the variable, read where the loss runs
+    assert "actor_rollout_ref.actor.clip_ratio_c=3.0" in (out / "verl" / "launch.sh").read_text()
+    assert "--actor.dual_clip 3.0" in (out / "openrlhf" / "launch.sh").read_text()
+    for name in ("trl", "skyrl"):
+        assert """export GMPO_PLUGINS_LOSS_HPARAMS='{"dual_clip": 3.0}'""" in (out / name / "launch.sh").read_text()
+    assert OVERRIDE in (out / "trl" / "output.log").read_text()
+    # SkyRL: its driver's check of the settings, and the Ray policy worker that computes the loss
+    assert (out / "skyrl" / "output.log").read_text().count(OVERRIDE) == 2
+
+    # every pair after each of the two optimiser steps
+    pairs = records["first_update"]
+    for k in (1, 2):
+        compared = sorted(tuple(pair["frameworks"]) for pair in pairs if pair["optimiser_step"] == k)
+        assert compared == sorted(combinations(FRAMEWORKS, 2)), k
+    assert len(pairs) == 12
+    reward = first_rollout_reward(tmp_path)
+    for pair in pairs:
+        k = pair["optimiser_step"]
+        assert pair["comparison"] == SIGN_LIKE and pair["tolerance"] == tolerance("float32", k, SIGN_LIKE)
+        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
+        assert pair["step_one_rewards"] == pytest.approx([reward] * 2, rel=1e-6)
+    # grpo's clip acted in the second optimiser step, the same way in the four trainers' logs
+    step_one = {name: [r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in FRAMEWORKS}
+    verl = step_one["verl"]
+    assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0
+    assert verl["log_ratio_max"] > 0.1823  # beyond ln 1.2
+    for name in FRAMEWORKS[1:]:
+        for metric in LOSS_METRICS:
+            assert step_one[name][metric] == pytest.approx(verl[metric], rel=1e-4, abs=1e-6), (name, metric)
