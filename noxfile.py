@@ -401,8 +401,8 @@ def frameworks_e2e(session: nox.Session) -> None:
     each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
     between SkyRL and TRL under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute),
     for grpo with a dual clip across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
-    epsilon and the mini-batch order named, a clip bound flipped in one framework named by its clip
-    fractions.
+    epsilon and the mini-batch order named, a clip bound and grpo's dual clip flipped in one framework
+    named by their clip fractions.
     Nothing is installed here; the four virtualenvs are removed once it passes."""
     pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
     env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})

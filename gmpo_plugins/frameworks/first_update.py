@@ -361,7 +361,7 @@ def step_one_reward(records: Sequence[Mapping[str, float]]) -> float | None:
     return None
 
 
-CLIP_METRICS = ("clip_frac_low", "clip_frac_high")
+CLIP_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual")  # dual: losses with a dual clip
 
 
 def clip_difference(records_a: Sequence[Mapping[str, float]], records_b: Sequence[Mapping[str, float]]) -> str:

@@ -7,6 +7,7 @@
     policy_loss     policy_loss             actor/pg_loss                train/policy_loss
     clip_frac_low   clip_ratio/low_mean     actor/gmpo/clip_frac_low     side file: clip_frac_low
     clip_frac_high  clip_ratio/high_mean    actor/gmpo/clip_frac_high    side file: clip_frac_high
+    clip_frac_dual  clip_ratio/dual_mean    actor/gmpo/clip_frac_dual    side file: clip_frac_dual
     log_ratio_min   log_ratio_min           actor/gmpo/log_ratio_min     side file: log_ratio_min
     log_ratio_max   log_ratio_max           actor/gmpo/log_ratio_max     side file: log_ratio_max
     entropy         entropy                 actor/entropy                (not logged: only with
@@ -23,6 +24,7 @@
     policy_loss     policy/policy_loss
     clip_frac_low   policy/loss_metrics/gmpo/clip_frac_low
     clip_frac_high  policy/loss_metrics/gmpo/clip_frac_high
+    clip_frac_dual  policy/loss_metrics/gmpo/clip_frac_dual
     log_ratio_min   policy/loss_metrics/gmpo/log_ratio_min
     log_ratio_max   policy/loss_metrics/gmpo/log_ratio_max
     entropy         policy/policy_entropy
@@ -85,6 +87,7 @@ VOCABULARY = (
     "policy_loss",
     "clip_frac_low",
     "clip_frac_high",
+    "clip_frac_dual",
     "log_ratio_min",
     "log_ratio_max",
     "entropy",
@@ -98,6 +101,7 @@ TRL_NAMES = {
     "policy_loss": "policy_loss",
     "clip_frac_low": "clip_ratio/low_mean",
     "clip_frac_high": "clip_ratio/high_mean",
+    "clip_frac_dual": "clip_ratio/dual_mean",
     "log_ratio_min": "log_ratio_min",
     "log_ratio_max": "log_ratio_max",
     "entropy": "entropy",
@@ -110,6 +114,7 @@ VERL_NAMES = {
     "policy_loss": "actor/pg_loss",
     "clip_frac_low": "actor/gmpo/clip_frac_low",
     "clip_frac_high": "actor/gmpo/clip_frac_high",
+    "clip_frac_dual": "actor/gmpo/clip_frac_dual",
     "log_ratio_min": "actor/gmpo/log_ratio_min",
     "log_ratio_max": "actor/gmpo/log_ratio_max",
     "entropy": "actor/entropy",
@@ -130,6 +135,7 @@ SKYRL_NAMES = {
     "policy_loss": "policy/policy_loss",
     "clip_frac_low": "policy/loss_metrics/gmpo/clip_frac_low",
     "clip_frac_high": "policy/loss_metrics/gmpo/clip_frac_high",
+    "clip_frac_dual": "policy/loss_metrics/gmpo/clip_frac_dual",
     "log_ratio_min": "policy/loss_metrics/gmpo/log_ratio_min",
     "log_ratio_max": "policy/loss_metrics/gmpo/log_ratio_max",
     "entropy": "policy/policy_entropy",
@@ -138,7 +144,7 @@ SKYRL_NAMES = {
     "step_time": "timing/step",
 }
 AGGREGATION = {"log_ratio_min": "min", "log_ratio_max": "max", "step_time": "sum"}  # others: "mean"
-OPENRLHF_LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+OPENRLHF_LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "log_ratio_min", "log_ratio_max")
 
 
 def aggregate(parts: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:

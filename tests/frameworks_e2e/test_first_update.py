@@ -40,6 +40,18 @@ STD_AND_TWO_MINI_BATCHES = {
     "epochs_per_batch = 2": "epochs_per_batch = 1",
     "seed = 0": "seed = 1",  # TRL's shuffle under seed 0 happens to keep the rollout order's two mini-batches
 }
+# grpo with a dual clip of 1.05 on 8 responses (4 prompts, one mini-batch, 2 epochs): in the second
+# optimiser step some tokens of negative advantage have moved past a ratio of 1.05 (the clip acts
+# on a few of them with the 4 responses of the example alone)
+DUAL_CLIP = {
+    **ALIGNED,
+    'loss = "gmpo"': 'loss = "grpo"',
+    "prompts_per_step = 2": "prompts_per_step = 4",
+    # one forward/backward pass per optimiser step: verl logs the mean of its micro-batches' means
+    "mini_batch_size = 4": "mini_batch_size = 8\nmicro_batch_size = 8",
+    "eps_low = 0.4": "eps_low = 0.2",
+    "eps_high = 0.4": "eps_high = 0.2\ndual_clip = 1.05",
+}
 MINI_BATCH_ORDER = "mini-batch order: verl rollout order; trl a shuffle by TRL's seeded generator"
 
 
@@ -143,3 +155,37 @@ def test_a_clip_bound_flipped_in_one_framework_is_named_by_its_clip_fractions(tm
     assert cause.startswith("clip (observed): the step-1 clip fractions differ (clip_frac_high ")
     assert step_one(records, "trl")["clip_frac_high"] > step_one(records, "verl")["clip_frac_high"]
     assert "Overall: DIFFERENT (from optimiser step 2 on: 2)" in report and cause in report
+
+
+def test_a_dual_clip_flipped_in_one_framework_is_named_by_its_clip_fractions(tmp_path, monkeypatch):
+    """grpo's dual clip 1.05 through verl (``clip_ratio_c``), OpenRLHF (``--actor.dual_clip``) and
+    TRL (``GMPO_PLUGINS_LOSS_HPARAMS``, it has no setting), with TRL's raised to 3.0 after
+    translation: verl and OpenRLHF take the same two steps, the dual clip acting in the second
+    (``clip_frac_dual`` above 0 in both logs); TRL agrees on the first, on-policy step (every ratio
+    1) and differs from the second on, and the report names the dual clip's fractions."""
+    translate = TRANSLATORS["trl"]
+
+    def with_a_higher_dual_clip(spec):
+        launch = translate(spec)
+        assert launch.env["GMPO_PLUGINS_LOSS_HPARAMS"] == '{"dual_clip": 1.05}'
+        return dataclasses.replace(launch, env={**launch.env, "GMPO_PLUGINS_LOSS_HPARAMS": '{"dual_clip": 3.0}'})
+
+    monkeypatch.setitem(TRANSLATORS, "trl", with_a_higher_dual_clip)
+    status, records, report = run(tmp_path, "verl,openrlhf,trl", **DUAL_CLIP)
+    assert status == 0, report
+    steps = by_step(records)
+    assert sorted(steps) == [1, 2]
+    for pair in steps[1].values():  # on-policy: no ratio away from 1, no clip acts
+        assert pair["identical"] is True and pair["rel"] <= tolerance("float32", 1), pair
+    same = steps[2][("verl", "openrlhf")]
+    assert same["identical"] is True and same["rel"] <= CHAINED, same
+    for name in ("verl", "openrlhf"):
+        assert step_one(records, name)["clip_frac_dual"] > 0
+    assert step_one(records, "verl")["clip_frac_dual"] == pytest.approx(step_one(records, "openrlhf")["clip_frac_dual"])
+    assert step_one(records, "trl")["clip_frac_dual"] == 0
+    for other in ("verl", "openrlhf"):
+        pair = steps[2][(other, "trl")]
+        assert pair["identical"] is False and pair["rel"] > CHAINED, pair
+        (cause,) = pair["causes"]
+        assert cause.startswith("clip (observed): the step-1 clip fractions differ (clip_frac_dual "), cause
+    assert "Overall: DIFFERENT (from optimiser step 2 on: 2)" in report
