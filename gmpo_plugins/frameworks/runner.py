@@ -179,6 +179,13 @@ def end_session(session: int) -> None:
             return
 
 
+def inherited_pythonpath() -> list[str]:
+    """This process's PYTHONPATH entries, each made absolute: a framework runs in its own folder,
+    where a relative entry (``PYTHONPATH=tests/skyrl/shims``) would name nothing."""
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [str(Path(entry).resolve()) for entry in entries if entry]
+
+
 def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, timeout: float) -> FrameworkRun:
     """Write, prepare and run ``local.launch`` (already filled with ``folder``) in ``folder``."""
     launch = local.launch
@@ -189,7 +196,7 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
     env = {
         **os.environ,
         **launch.env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [*local.pythonpath, root, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [*local.pythonpath, root, *inherited_pythonpath()])),
     }
     start = time.monotonic()
     try:
