@@ -71,7 +71,8 @@ def _verl() -> str:
 
 def _openrlhf() -> str:
     from gmpo_plugins.adapters.openrlhf import OpenRLHFConfigError, install
-    from gmpo_plugins.adapters.openrlhf.patch import PLAN, is_patched, refusal
+    from gmpo_plugins.adapters.openrlhf.patch import is_patched, refusal
+    from gmpo_plugins.adapters.openrlhf.plan_attribute import registry_plan
 
     install()
     import openrlhf.models.loss as loss_module
@@ -91,7 +92,7 @@ def _openrlhf() -> str:
                 )
             except OpenRLHFConfigError:  # our refusal of that mode: the registry path is active
                 continue
-            plan = policy_loss.__dict__.get(PLAN)
+            plan = registry_plan(policy_loss)
             if plan is None:
                 raise LookupError(f"PolicyLoss(policy_loss_type={PREFIX + name!r}) does not run the registry loss")
             break

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+from gmpo_plugins.adapters.openrlhf.plan_attribute import registry_plan
 from gmpo_plugins.adapters.upstream import UpstreamDriftError, framework_version
 
 PREFIX = "gmpo/"
@@ -99,10 +100,7 @@ def logging_training_step(original: Callable[..., Any]) -> Callable[..., Any]:
             _kept.reset(token)
         if kept:
             return with_loss_metrics(status, kept[-1])
-        from gmpo_plugins.adapters.openrlhf.patch import PLAN  # patch imports this module
-
-        loss_fn = getattr(self, "actor_loss_fn", None)
-        if getattr(loss_fn, "__dict__", {}).get(PLAN) is not None:
+        if registry_plan(getattr(self, "actor_loss_fn", None)) is not None:
             raise UpstreamDriftError(
                 f"gmpo_plugins: {framework_version('openrlhf')}: ActorPPOTrainer.training_step did not call "
                 "its actor_loss_fn, the registry loss; its metrics cannot reach OpenRLHF's logger"

@@ -55,13 +55,13 @@ from gmpo_plugins.adapters.openrlhf.options import (
     batch_info,
     plan_loss,
 )
+from gmpo_plugins.adapters.openrlhf.plan_attribute import PLAN
 from gmpo_plugins.adapters.openrlhf.version import SUPPORTED, UnsupportedOpenRLHFVersionError, check_version
 from gmpo_plugins.core.registry import LossNameCollisionError
 from gmpo_plugins.core.types import LossInputs
 
 MARKER = "__gmpo_plugins_patched__"
 PATCHED_BY = "PolicyLoss patched by gmpo_plugins.adapters.openrlhf.install() or its Ray worker setup hook"
-PLAN = "_gmpo_plugins_plan"
 REFUSAL = "__gmpo_plugins_refusal__"
 INIT_PARAMETERS = (
     "self",
