@@ -42,6 +42,18 @@ def example_in(folder: Path, **replace: str) -> Path:
     return folder / "tiny.toml"
 
 
+def adam_example_in(folder: Path, monkeypatch) -> Path:
+    """``examples/frameworks/tiny_adam.toml`` with its prompts in ``folder`` and a freshly built
+    model, SkyRL's Python 3.11 shims (``tests/skyrl/shims``) first on PYTHONPATH for the
+    framework processes; returns the spec's path."""
+    shims = Path(__file__).resolve().parent / "skyrl" / "shims"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(shims), os.environ.get("PYTHONPATH")])))
+    example_in(folder)  # the model, the reward
+    for name in ("tiny_adam.toml", "prompts_first_step.jsonl"):
+        shutil.copy(EXAMPLE / name, folder / name)
+    return folder / "tiny_adam.toml"
+
+
 def first_rollout_reward(folder: Path) -> float:
     """The mean reward of the first rollout every CPU stand-in draws for the example: the first
     2 prompts of the file, 2 seeded samples each from the initial model, scored by the reward."""

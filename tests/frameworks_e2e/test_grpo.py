@@ -17,18 +17,14 @@ virtualenvs (SkyRL's processes need ``tests/skyrl/shims`` on PYTHONPATH, set her
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
-from tests.example_runs import EXAMPLE, example_in, first_rollout_reward
+from tests.example_runs import adam_example_in, first_rollout_reward
 
-SHIMS = Path(__file__).resolve().parents[1] / "skyrl" / "shims"
 FRAMEWORKS = ("verl", "openrlhf", "trl", "skyrl")
 LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
 GRPO = ('loss="grpo"', "loss_hparams.eps_low=0.2", "loss_hparams.eps_high=0.2", "loss_hparams.dual_clip=3.0")
@@ -36,13 +32,10 @@ OVERRIDE = "dual_clip=3.0 (override GMPO_PLUGINS_LOSS_HPARAMS)"  # the adapters'
 
 
 def test_grpo_with_a_dual_clip_takes_the_same_first_rl_step_in_the_four_trainers(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SHIMS), os.environ.get("PYTHONPATH")])))
-    example_in(tmp_path)  # the model, the reward
-    for name in ("tiny_adam.toml", "prompts_first_step.jsonl"):
-        shutil.copy(EXAMPLE / name, tmp_path / name)
+    spec = adam_example_in(tmp_path, monkeypatch)
     out = tmp_path / "run"
     sets = [arg for value in GRPO for arg in ("--set", value)]
-    argv = ["frameworks", str(tmp_path / "tiny_adam.toml"), *sets, "--frameworks", ",".join(FRAMEWORKS)]
+    argv = ["frameworks", str(spec), *sets, "--frameworks", ",".join(FRAMEWORKS)]
     status = main([*argv, "--out", str(out)])
     report = (out / "report.md").read_text()
     assert status == 0, report

@@ -15,27 +15,20 @@ Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{SKYRL,TRL}`` naming
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 
 from gmpo_plugins.cli import main
 from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
-from tests.example_runs import EXAMPLE, assert_last_step_is_the_synced_one, example_in, first_rollout_reward
+from tests.example_runs import adam_example_in, assert_last_step_is_the_synced_one, first_rollout_reward
 
-SHIMS = Path(__file__).resolve().parents[1] / "skyrl" / "shims"
 LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
 
 
 def test_skyrl_and_trl_take_the_same_first_rl_step_under_adamw_eps_1e_8_with_the_clip_acting(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SHIMS), os.environ.get("PYTHONPATH")])))
-    example_in(tmp_path)  # the model, the reward
-    for name in ("tiny_adam.toml", "prompts_first_step.jsonl"):
-        shutil.copy(EXAMPLE / name, tmp_path / name)
+    spec = adam_example_in(tmp_path, monkeypatch)
     out = tmp_path / "run"
-    status = main(["frameworks", str(tmp_path / "tiny_adam.toml"), "--frameworks", "skyrl,trl", "--out", str(out)])
+    status = main(["frameworks", str(spec), "--frameworks", "skyrl,trl", "--out", str(out)])
     report = (out / "report.md").read_text()
     assert status == 0, report
     records = json.loads((out / "records.json").read_text())
