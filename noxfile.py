@@ -400,7 +400,7 @@ def frameworks_e2e(session: nox.Session) -> None:
     (run first: `requires`): the first RL step (two optimiser steps, the clip acting), compared after
     each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
     between SkyRL and TRL under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute),
-    for grpo with a dual clip across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
+    for grpo with its dual clip acting across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
     epsilon and the mini-batch order named, a clip bound and grpo's dual clip flipped in one framework
     named by their clip fractions.
     Nothing is installed here; the four virtualenvs are removed once it passes."""

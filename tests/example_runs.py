@@ -54,15 +54,16 @@ def adam_example_in(folder: Path, monkeypatch) -> Path:
     return folder / "tiny_adam.toml"
 
 
-def first_rollout_reward(folder: Path) -> float:
+def first_rollout_reward(folder: Path, prompts: int = 2) -> float:
     """The mean reward of the first rollout every CPU stand-in draws for the example: the first
-    2 prompts of the file, 2 seeded samples each from the initial model, scored by the reward."""
+    ``prompts`` prompts of the file, 2 seeded samples each from the initial model, scored by the
+    reward."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     generation = _module("seeded_generation", EXAMPLES / "seeded_generation.py")
     model = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
-    rows = [json.loads(line) for line in (folder / "prompts.jsonl").read_text().splitlines()[:2]]
+    rows = [json.loads(line) for line in (folder / "prompts.jsonl").read_text().splitlines()[:prompts]]
     reward = _module("example_reward", folder / "reward.py")
     scores = []
     for row in rows:

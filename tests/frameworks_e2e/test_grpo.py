@@ -1,14 +1,18 @@
-"""A second loss through all four trainers: grpo with verl's dual clip (3.0) on the example aligned
-for SkyRL (``examples/frameworks/tiny_adam.toml``: AdamW eps 1e-8, one RL step of two optimiser
-steps, compared after each), through verl's RayPPOTrainer, OpenRLHF's train_ppo_ray, TRL's GRPOTrainer and SkyRL's
-RayPPOTrainer, each in its own virtualenv on the CPU stand-ins.
+"""A second loss through all four trainers, its dual clip acting: grpo with a dual clip of 1.05 on
+the example aligned for SkyRL (``examples/frameworks/tiny_adam.toml``: AdamW eps 1e-8, one RL
+step of two optimiser steps, compared after each), on 8 responses (4 prompts, every row of its
+dataset, one mini-batch, one forward/backward pass), through verl's RayPPOTrainer, OpenRLHF's
+train_ppo_ray, TRL's GRPOTrainer and SkyRL's RayPPOTrainer, each in its own virtualenv on the CPU
+stand-ins.
 
-verl carries the dual clip in ``clip_ratio_c`` and OpenRLHF in ``--actor.dual_clip``; TRL and SkyRL
-have no setting for it, so their launches export it in ``GMPO_PLUGINS_LOSS_HPARAMS``, which the
-loss then reads in the process that computes it (TRL's trainer, SkyRL's Ray policy worker: the
-adapters' provenance lines in the logs). Every pair of the four is compared with the sign-like
-comparison of ``gmpo_plugins.frameworks.first_update``, and grpo's token clip (ratio space,
-[0.8, 1.2]) acts in the second optimiser step, the same way in the four logs.
+The dual clip caps tokens of negative advantage whose ratio exceeds it: in the second optimiser
+step a few have moved past 1.05 (none with the example's 4 responses). verl carries it in
+``clip_ratio_c`` and OpenRLHF in ``--actor.dual_clip``; TRL and SkyRL have no setting for it, so
+their launches export it in ``GMPO_PLUGINS_LOSS_HPARAMS``, which the loss then reads in the process
+that computes it (TRL's trainer, SkyRL's Ray policy worker: the adapters' provenance lines in the
+logs). Every pair of the four is compared with the sign-like comparison of
+``gmpo_plugins.frameworks.first_update``; grpo's token clip (ratio space, [0.8, 1.2]) and the dual
+clip act in the second optimiser step, the same way in the four logs.
 
 Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
 virtualenvs (SkyRL's processes need ``tests/skyrl/shims`` on PYTHONPATH, set here).
@@ -26,13 +30,25 @@ from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
 from tests.example_runs import adam_example_in, first_rollout_reward
 
 FRAMEWORKS = ("verl", "openrlhf", "trl", "skyrl")
-LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
-GRPO = ('loss="grpo"', "loss_hparams.eps_low=0.2", "loss_hparams.eps_high=0.2", "loss_hparams.dual_clip=3.0")
-OVERRIDE = "dual_clip=3.0 (override GMPO_PLUGINS_LOSS_HPARAMS)"  # the adapters' provenance line
+LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "log_ratio_min", "log_ratio_max")
+PROMPTS = 4
+GRPO = (
+    'loss="grpo"',
+    "loss_hparams.eps_low=0.2",
+    "loss_hparams.eps_high=0.2",
+    "loss_hparams.dual_clip=1.05",
+    f"prompts_per_step={PROMPTS}",
+    "mini_batch_size=8",
+    "micro_batch_size=8",
+    'dataset="four_prompts.jsonl"',
+)
+OVERRIDE = "dual_clip=1.05 (override GMPO_PLUGINS_LOSS_HPARAMS)"  # the adapters' provenance line
 
 
-def test_grpo_with_a_dual_clip_takes_the_same_first_rl_step_in_the_four_trainers(tmp_path, monkeypatch):
+def test_grpo_with_its_dual_clip_acting_takes_the_same_first_rl_step_in_the_four_trainers(tmp_path, monkeypatch):
     spec = adam_example_in(tmp_path, monkeypatch)
+    rows = (tmp_path / "prompts.jsonl").read_text().splitlines()[:PROMPTS]
+    (tmp_path / "four_prompts.jsonl").write_text("".join(row + "\n" for row in rows))  # every row in the first batch
     out = tmp_path / "run"
     sets = [arg for value in GRPO for arg in ("--set", value)]
     argv = ["frameworks", str(spec), *sets, "--frameworks", ",".join(FRAMEWORKS)]
@@ -43,10 +59,10 @@ def test_grpo_with_a_dual_clip_takes_the_same_first_rl_step_in_the_four_trainers
     assert all(run["complete"] and run["standins"] for run in records["runs"].values())
 
     # the dual clip: each framework's own setting, or the variable, read where the loss runs
-    assert "actor_rollout_ref.actor.clip_ratio_c=3.0" in (out / "verl" / "launch.sh").read_text()
-    assert "--actor.dual_clip 3.0" in (out / "openrlhf" / "launch.sh").read_text()
+    assert "actor_rollout_ref.actor.clip_ratio_c=1.05" in (out / "verl" / "launch.sh").read_text()
+    assert "--actor.dual_clip 1.05" in (out / "openrlhf" / "launch.sh").read_text()
     for name in ("trl", "skyrl"):
-        assert """export GMPO_PLUGINS_LOSS_HPARAMS='{"dual_clip": 3.0}'""" in (out / name / "launch.sh").read_text()
+        assert """export GMPO_PLUGINS_LOSS_HPARAMS='{"dual_clip": 1.05}'""" in (out / name / "launch.sh").read_text()
     assert OVERRIDE in (out / "trl" / "output.log").read_text()
     # SkyRL: its driver's check of the settings, and the Ray policy worker that computes the loss
     assert (out / "skyrl" / "output.log").read_text().count(OVERRIDE) == 2
@@ -57,16 +73,16 @@ def test_grpo_with_a_dual_clip_takes_the_same_first_rl_step_in_the_four_trainers
         compared = sorted(tuple(pair["frameworks"]) for pair in pairs if pair["optimiser_step"] == k)
         assert compared == sorted(combinations(FRAMEWORKS, 2)), k
     assert len(pairs) == 12
-    reward = first_rollout_reward(tmp_path)
+    reward = first_rollout_reward(tmp_path, PROMPTS)
     for pair in pairs:
         k = pair["optimiser_step"]
         assert pair["comparison"] == SIGN_LIKE and pair["tolerance"] == tolerance("float32", k, SIGN_LIKE)
         assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
         assert pair["step_one_rewards"] == pytest.approx([reward] * 2, rel=1e-6)
-    # grpo's clip acted in the second optimiser step, the same way in the four trainers' logs
+    # grpo's clip and its dual clip acted in the second optimiser step, the same way in the four logs
     step_one = {name: [r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in FRAMEWORKS}
     verl = step_one["verl"]
-    assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0
+    assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0 and verl["clip_frac_dual"] > 0
     assert verl["log_ratio_max"] > 0.1823  # beyond ln 1.2
     for name in FRAMEWORKS[1:]:
         for metric in LOSS_METRICS:
