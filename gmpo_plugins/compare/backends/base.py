@@ -42,7 +42,8 @@ Writing a backend for framework ``X`` (an adapter author's job):
 Where a framework runs (``resolve_runner``):
 
 - ``GMPO_PLUGINS_PYTHON_<NAME>`` set (e.g. ``GMPO_PLUGINS_PYTHON_VERL=/venvs/verl/bin/python``):
-  in a subprocess of that interpreter;
+  in a subprocess of that interpreter (a relative path taken from the current folder and made
+  absolute, since ``frameworks`` runs each trainer in its own folder);
 - ``core``, or the framework importable in this interpreter: in this process;
 - ``./.nox/<name>/bin/python`` exists (made and kept by ``nox -r -s <name>``): in a subprocess of it;
 - otherwise a usage error telling the user to run ``python3 -m nox -r -s <name>`` first.
@@ -300,9 +301,10 @@ def resolve_runner(name: str, cwd: Path | None = None) -> Runner:
     variable = python_env_var(name)
     configured = os.environ.get(variable)
     if configured:
-        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+        python = Path(cwd or Path.cwd(), configured)  # a relative path is the caller's, not the run folder's
+        if not (python.is_file() and os.access(python, os.X_OK)):
             raise BackendError(f"{variable}={configured!r} is not an executable Python interpreter")
-        return Runner(name, configured)
+        return Runner(name, os.path.abspath(python))
     if info.import_name is None or importlib.util.find_spec(info.import_name) is not None:
         return Runner(name)
     nox_python = (cwd or Path.cwd()) / ".nox" / name / "bin" / "python"

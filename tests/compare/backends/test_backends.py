@@ -41,6 +41,18 @@ def test_env_var_selects_a_subprocess(monkeypatch):
     assert resolve_runner("core") == Runner("core", sys.executable)
 
 
+def test_a_relative_env_var_is_the_callers_path_made_absolute(tmp_path, monkeypatch):
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    os.symlink(sys.executable, python)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_CORE", "venv/bin/python")
+    assert resolve_runner("core") == Runner("core", str(python))
+    monkeypatch.setenv("GMPO_PLUGINS_PYTHON_CORE", "other/bin/python")
+    with pytest.raises(BackendError, match="GMPO_PLUGINS_PYTHON_CORE='other/bin/python' is not an executable"):
+        resolve_runner("core")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl installed here")
 def test_nox_virtualenv_is_found(tmp_path, monkeypatch):
     monkeypatch.delenv("GMPO_PLUGINS_PYTHON_VERL", raising=False)
