@@ -13,7 +13,8 @@
     entropy         entropy                 actor/entropy                (not logged: only with
                                                                          --actor.entropy_coef)
     kl              kl (when beta != 0)     actor/kl_loss (use_kl_loss)  train/kl (when kl_coef > 0)
-    grad_norm       grad_norm               actor/grad_norm              train/actor_grad_norm
+    grad_norm       grad_norm               actor/grad_norm              train/actor_grad_norm (one
+                                                                         optimiser step per RL step)
     step_time       step_time (seconds)     timing_s/step (seconds)      train/timing/step_total (seconds)
     peak_memory_gb  (not logged)            actor/perf/                  (not logged)
                                             max_memory_allocated_gb
@@ -56,7 +57,9 @@ count it was taken over. What each trainer gives to aggregate:
   aggregation, responses-weighted, as for verl.
 - OpenRLHF logs once per RL step under ``train/``: means over the step's micro-batches and
   epochs weighted by tokens (``policy_loss``) or samples, ``actor_grad_norm`` of its last
-  optimiser step, ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
+  optimiser step (read only when an RL step is one optimiser step: otherwise it is no mean over
+  the step's optimiser steps, as the others' is, and is left out: ``optimiser_steps``),
+  ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
   ``timing/step_total`` the sum of its generation, experience, training and weight-broadcast
   times. The adapter adds the loss's metrics to OpenRLHF's log as ``train/gmpo/<key>``, reduced
   by OpenRLHF's weighted means (a mean of the micro-batches' minima for ``log_ratio_min``:
@@ -272,6 +275,7 @@ def openrlhf_records(
     scalars: Mapping[str, Sequence[Sequence[float]]],
     kl: bool = True,
     loss: Mapping[int, Mapping[str, float]] | None = None,
+    optimiser_steps: int = 1,
 ) -> list[dict[str, float]]:
     """One vocabulary record per RL step from OpenRLHF's TensorBoard scalars (module docstring).
 
@@ -280,6 +284,8 @@ def openrlhf_records(
             reads them; a step logged twice keeps its last value.
         kl: False when the run had no reference model (``kl_coef`` 0): ``train/kl`` is then left out.
         loss: the loss metrics of each RL step (``openrlhf_loss_records``), merged into its record.
+        optimiser_steps: optimiser steps per RL step (mini-batches times epochs); above 1,
+            ``train/actor_grad_norm`` (the last optimiser step's) is left out.
 
     Returns:
         Records in RL-step order, one per global step OpenRLHF logged ``train/policy_loss`` for,
@@ -290,6 +296,8 @@ def openrlhf_records(
     for step in sorted(by_tag.get(OPENRLHF_NAMES["policy_loss"], {})):
         record: dict[str, float] = {"step": step}
         for name, tag in OPENRLHF_NAMES.items():
+            if name == "grad_norm" and optimiser_steps > 1:
+                continue
             if step in by_tag.get(tag, {}) and (kl or name != "kl"):
                 record[name] = by_tag[tag][step]
         record.update((loss or {}).get(step, {}))

@@ -251,7 +251,9 @@ def read_records(
         if side_file.is_file():
             per_step = spec.responses_per_step // spec.micro_batch_size * spec.epochs_per_batch
             loss = openrlhf_loss_records(side_file.read_text().splitlines(), per_step)
-        return openrlhf_records(tensorboard_scalars(python, logdir, env), kl=spec.kl_coef > 0, loss=loss)
+        scalars = tensorboard_scalars(python, logdir, env)
+        steps = optimiser_steps_per_rl_step(spec)
+        return openrlhf_records(scalars, kl=spec.kl_coef > 0, loss=loss, optimiser_steps=steps)
     raise RunnerError(f"{framework}: no metrics reader")
 
 

@@ -132,6 +132,12 @@ def test_openrlhf_global_steps_are_rl_steps():
     ]
 
 
+def test_openrlhf_grad_norm_of_its_last_optimiser_step_is_left_out_when_an_rl_step_has_several():
+    records = openrlhf_records(OPENRLHF_SCALARS, optimiser_steps=2)
+    assert [record.get("grad_norm") for record in records] == [None, None]
+    assert [record["policy_loss"] for record in records] == [0.125, -0.25]
+
+
 def test_openrlhf_kl_without_a_reference_model_is_left_out():
     records = openrlhf_records(OPENRLHF_SCALARS, kl=False)
     assert [sorted(record) for record in records] == [["grad_norm", "policy_loss", "reward", "step", "step_time"]] * 2

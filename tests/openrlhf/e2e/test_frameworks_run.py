@@ -29,7 +29,8 @@ from tests.example_runs import example_in, processes_naming
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 # every vocabulary metric OpenRLHF logs for the example (train/kl is left out: kl_coef is 0)
-LOGGED = ("reward", "policy_loss", "grad_norm", "step_time")  # OpenRLHF's TensorBoard scalars
+# (not train/actor_grad_norm: OpenRLHF logs its last optimiser step's, and an RL step here has two)
+LOGGED = ("reward", "policy_loss", "step_time")  # OpenRLHF's TensorBoard scalars
 # the registry loss's own metrics, from the side file the adapter writes (token-weighted over the RL step)
 SIDE_FILE = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
 RESPONSES_PER_STEP = 4  # the example: 2 prompts x 2 responses, two epochs over them per RL step
@@ -93,11 +94,12 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     for record in result["records"]:
         assert set(record) == {"step", *LOGGED, *SIDE_FILE}
         assert all(math.isfinite(record[name]) for name in (*LOGGED, *SIDE_FILE))
-        assert record["grad_norm"] > 0 and record["step_time"] > 0
+        assert record["step_time"] > 0
         assert 0 <= record["clip_frac_low"] <= 1 and 0 <= record["clip_frac_high"] <= 1
         assert record["log_ratio_min"] < record["log_ratio_max"]  # the second epoch is off-policy
     report = (ran.out / "report.md").read_text()
-    assert "Status: complete" in report and "| openrlhf | complete |" in report and "### grad_norm" in report
+    assert "Status: complete" in report and "| openrlhf | complete |" in report and "### step_time" in report
+    assert "### grad_norm" not in report
     assert "- precision: stock OpenRLHF accepts --ds.param_dtype bf16 or fp16 only" in report
     # OpenRLHF's own arguments, as run: our loss in fp32 on the stand-ins, one engine
     command = (ran.out / "openrlhf" / "output.log").read_text().split("\n$ ")[-1].splitlines()[0]
