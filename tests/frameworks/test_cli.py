@@ -210,3 +210,21 @@ def test_the_example_spec_translates_for_every_framework(capsys, tmp_path):
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=2 \\" in out and "actor.ppo_epochs=2 \\" in out
     assert "--data.max_samples 6 \\" in out and "'max_steps': 6" in out and "'num_iterations': 2" in out
     assert "--ds.param_dtype fp32 \\" in out and "'adam_epsilon': 100.0" in out
+
+
+def test_the_docs_show_the_examples_dry_run_as_it_prints(capsys, tmp_path, monkeypatch):
+    """docs/frameworks.md shows the example's dry run as printed in a checkout at /tmp/gmpo-plugins:
+    the same output here, from a copy of the example at <tmp>/gmpo-plugins, with that folder's path
+    written as the docs' (an empty model folder stands in, as above)."""
+    checkout = tmp_path / "gmpo-plugins"
+    example = checkout / "examples" / "frameworks"
+    example.mkdir(parents=True)
+    for name in ("tiny.toml", "reward.py", "prompts.jsonl"):
+        shutil.copy(EXAMPLE.parent / name, example / name)
+    (example / "model").mkdir()
+    monkeypatch.chdir(checkout)
+    assert main(["frameworks", "examples/frameworks/tiny.toml", "--dry-run"]) == 2
+    printed = capsys.readouterr().out.replace(str(checkout), "/tmp/gmpo-plugins")
+    docs = (EXAMPLE.parents[2] / "docs" / "frameworks.md").read_text()
+    shown = docs.split("```text\n", 1)[1].split("```\n", 1)[0]
+    assert printed == shown
