@@ -399,7 +399,7 @@ def frameworks_e2e(session: nox.Session) -> None:
     (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
     (run first: `requires`): the first RL step (two optimiser steps, the clip acting), compared after
     each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
-    between SkyRL and TRL under AdamW eps 1e-8 (tests/frameworks_e2e/test_skyrl.py, about a minute),
+    across the four under AdamW eps 1e-8 (tests/frameworks_e2e/test_four_trainers.py, about 2 minutes),
     for grpo with its dual clip acting across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
     epsilon and the mini-batch order named, a clip bound and grpo's dual clip flipped in one framework
     named by their clip fractions.
