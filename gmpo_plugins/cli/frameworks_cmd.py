@@ -150,12 +150,11 @@ def run_trainers(args: argparse.Namespace, spec, launches: list, out: Path) -> i
     from gmpo_plugins.frameworks.runner import (
         RunnerError,
         framework_python,
-        optimiser_steps_per_rl_step,
         plan_local,
         run_launch,
     )
 
-    steps = optimiser_steps_per_rl_step(spec)
+    steps = spec.optimiser_steps_per_rl_step
     try:  # every interpreter is found, and every launch placed, before any trainer starts
         pythons = {launch.framework: framework_python(launch.framework) for launch in launches}
         locals_ = [plan_local(launch, pythons[launch.framework], out / launch.framework, steps) for launch in launches]

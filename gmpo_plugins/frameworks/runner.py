@@ -225,11 +225,6 @@ def run_launch(spec: RunSpec, local: LocalLaunch, folder: Path, python: str, tim
     )
 
 
-def optimiser_steps_per_rl_step(spec: RunSpec) -> int:
-    """Optimiser steps in one RL step, epochs included."""
-    return spec.responses_per_step // spec.mini_batch_size * spec.epochs_per_batch
-
-
 def read_records(
     spec: RunSpec, local: LocalLaunch, folder: Path, python: str, env: Mapping[str, str]
 ) -> list[dict[str, float]]:
@@ -238,7 +233,7 @@ def read_records(
     framework = local.launch.framework
     if framework == "trl":
         history = json.loads((folder / "log_history.json").read_text())
-        return trl_records(history, optimiser_steps_per_rl_step(spec))
+        return trl_records(history, spec.optimiser_steps_per_rl_step)
     if framework == "verl":
         lines = Path(local.launch.env["VERL_FILE_LOGGER_PATH"]).read_text().splitlines()
         return verl_records(lines, memory=not local.standins)
@@ -252,7 +247,7 @@ def read_records(
             per_step = spec.responses_per_step // spec.micro_batch_size * spec.epochs_per_batch
             loss = openrlhf_loss_records(side_file.read_text().splitlines(), per_step)
         scalars = tensorboard_scalars(python, logdir, env)
-        steps = optimiser_steps_per_rl_step(spec)
+        steps = spec.optimiser_steps_per_rl_step
         return openrlhf_records(scalars, kl=spec.kl_coef > 0, loss=loss, optimiser_steps=steps)
     raise RunnerError(f"{framework}: no metrics reader")
 

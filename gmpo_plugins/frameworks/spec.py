@@ -114,6 +114,11 @@ class RunSpec:
         return self.prompts_per_step * self.rollouts_per_prompt
 
     @property
+    def optimiser_steps_per_rl_step(self) -> int:
+        """Optimiser steps on one rollout batch: its mini-batches times ``epochs_per_batch``."""
+        return self.responses_per_step // self.mini_batch_size * self.epochs_per_batch
+
+    @property
     def tokenizer_path(self) -> Path:
         """The tokenizer directory (the model's when ``tokenizer`` is not given)."""
         return self.model if self.tokenizer is None else self.tokenizer

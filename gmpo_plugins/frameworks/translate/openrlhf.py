@@ -147,6 +147,11 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "attention, tensor parallelism or dynamic batches): a new shuffle every epoch",
             mini_batch_order(spec, "a shuffle by OpenRLHF's replay-buffer DataLoader, new every epoch"),
         ),
+        Difference(
+            "old log-probs",
+            "the experience maker's forward pass of the actor before the update (action_log_probs); the "
+            "engines' log-probs enter only the IS correction (--algo.advantage.is_correction_level)",
+        ),
         Difference("rollouts", "vLLM engines (a stand-in on CPU), weights synced after every step"),
     )
 

@@ -161,6 +161,11 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "the rollout batch split into mini-batches in rollout order, the same every epoch",
             mini_batch_order(spec, "rollout order"),
         ),
+        Difference(
+            "old log-probs",
+            "fwd_logprobs_values_reward: a separate forward pass of the policy before the update, in its "
+            "mini-batch packing (skipped only for SkyRL's own losses that use the rollout's log-probs)",
+        ),
         Difference("rollouts", "SkyRL's inference engines (vLLM by default)"),
     )
 

@@ -156,6 +156,12 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "splitting it into steps_per_generation micro-batches",
             mini_batch_order(spec, "a shuffle by TRL's seeded generator"),
         ),
+        Difference(
+            "old log-probs",
+            "a separate forward pass before the update where gradient_accumulation_steps is not a multiple of "
+            "steps_per_generation * num_iterations (several optimiser steps per generation batch) or vLLM's IS "
+            "correction is on; otherwise the training forward's own log-probs, detached",
+        ),
         Difference("rollouts", "TRL's own generation (transformers generate, or vLLM when use_vllm)"),
     )
 

@@ -108,6 +108,12 @@ def differences(spec: RunSpec) -> tuple[Difference, ...]:
             "actor.shuffle=false: the rollout batch split into mini-batches in rollout order, the same every epoch",
             mini_batch_order(spec, "rollout order"),
         ),
+        Difference(
+            "old log-probs",
+            "compute_log_prob: a separate forward pass of the actor over the rollout batch before the update "
+            "(log_prob_micro_batch_size_per_gpu rows per pass); the rollout's own log-probs only with "
+            "algorithm.rollout_correction.bypass_mode",
+        ),
         Difference("rollouts", "verl's rollout server (vLLM/SGLang; an HF-generate stand-in on CPU)"),
     )
 
