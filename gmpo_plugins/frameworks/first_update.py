@@ -127,7 +127,10 @@ that choose the rollout (the prompt order) are named, since the updates of diffe
 cannot agree; where they are the same, only the others. Where the rollouts agree and no named
 behaviour differs, the step-1 clip fractions each trainer logged are compared: where they differ,
 the clip acted differently (a bound changed in one framework's launch, or a clip applied to other
-ratios), and the report says so (``clip_difference``).
+ratios), and the report says so (``clip_difference``). Where the old log-probs come from (a
+separate forward pass, or TRL's training forward where an RL step is one optimiser step) is
+listed among each framework's differences but never named here: in float32 a recomputed pass
+moves the first ratios by rounding only, which the tolerance covers, and bfloat16 gets no verdict.
 """
 
 from __future__ import annotations
