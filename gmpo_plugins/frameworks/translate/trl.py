@@ -197,7 +197,6 @@ def loss_hparams(spec: RunSpec, config: dict[str, Any]) -> dict[str, Any]:
 
 def grpo_config(spec: RunSpec) -> dict[str, Any]:
     """The GRPOConfig keywords for ``spec`` (module docstring)."""
-    optimiser_steps = spec.responses_per_step // spec.mini_batch_size
     loss = get_loss(spec.loss)
     params = spec.resolved_hparams()
     config: dict[str, Any] = {
@@ -207,7 +206,7 @@ def grpo_config(spec: RunSpec) -> dict[str, Any]:
         "gradient_accumulation_steps": spec.mini_batch_size // spec.micro_batch_size,
         "steps_per_generation": spec.responses_per_step // spec.micro_batch_size,
         "num_iterations": spec.epochs_per_batch,
-        "max_steps": spec.steps * optimiser_steps * spec.epochs_per_batch,
+        "max_steps": spec.steps * spec.optimiser_steps_per_rl_step,
         "optim": OPTIMIZERS[spec.optimizer],
         "learning_rate": spec.learning_rate,
         "adam_epsilon": spec.adam_eps,
