@@ -10,10 +10,14 @@ import json
 import os
 import shutil
 import sys
+from itertools import combinations
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
+
+from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE = EXAMPLES / "frameworks"
@@ -108,3 +112,26 @@ def assert_last_step_is_the_synced_one(out, frameworks, steps: int) -> None:
         synced = synced.get("state_dict", synced)
         assert sorted(saved) == sorted(synced), framework
         assert all(torch.equal(saved[name], synced[name].float()) for name in saved), framework
+
+
+def assert_every_pair_identical_sign_like(records: dict, frameworks: tuple[str, ...], reward: float) -> None:
+    """Every pair of ``frameworks`` compared after each of the first RL step's two optimiser steps,
+    sign-like (AdamW eps 1e-8) and identical within the tolerance of that step, on the same first
+    rollout (each trainer's step-1 reward equal to ``reward``, the seeded sampler's)."""
+    pairs = records["first_update"]
+    for k in (1, 2):
+        compared = sorted(tuple(pair["frameworks"]) for pair in pairs if pair["optimiser_step"] == k)
+        assert compared == sorted(combinations(frameworks, 2)), k
+    assert len(pairs) == 2 * len(list(combinations(frameworks, 2)))
+    for pair in pairs:
+        k = pair["optimiser_step"]
+        assert pair["comparison"] == SIGN_LIKE
+        assert pair["tolerance"] == tolerance("float32", k, SIGN_LIKE) == pytest.approx(2**k * 1e-5 - 1e-5)
+        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
+        assert pair["step_one_rewards"] == pytest.approx([reward] * 2, rel=1e-6)
+    assert records["first_update_identical"] is True
+
+
+def step_one_records(records: dict, frameworks: tuple[str, ...]) -> dict[str, dict]:
+    """Each framework's record of RL step 1 (its logged metrics in the one vocabulary)."""
+    return {name: [r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in frameworks}

@@ -17,13 +17,17 @@ virtualenvs.
 from __future__ import annotations
 
 import json
-from itertools import combinations
 
 import pytest
 
 from gmpo_plugins.cli import main
-from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
-from tests.example_runs import adam_example_in, assert_last_step_is_the_synced_one, first_rollout_reward
+from tests.example_runs import (
+    adam_example_in,
+    assert_every_pair_identical_sign_like,
+    assert_last_step_is_the_synced_one,
+    first_rollout_reward,
+    step_one_records,
+)
 
 FRAMEWORKS = ("verl", "openrlhf", "trl", "skyrl")
 LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
@@ -40,25 +44,14 @@ def test_gmpo_takes_the_same_first_rl_step_in_the_four_trainers_under_adamw_eps_
     records = json.loads((out / "records.json").read_text())
     assert sorted(records["runs"]) == sorted(FRAMEWORKS)
     assert all(run["complete"] and run["standins"] for run in records["runs"].values())
+    # the same first rollout: the step's two prompts, the seeded samples, the example's reward
+    assert_every_pair_identical_sign_like(records, FRAMEWORKS, first_rollout_reward(tmp_path))
     pairs = records["first_update"]
-    for k in (1, 2):
-        compared = sorted(tuple(pair["frameworks"]) for pair in pairs if pair["optimiser_step"] == k)
-        assert compared == sorted(combinations(FRAMEWORKS, 2)), k
-    assert len(pairs) == 12
-    reward = first_rollout_reward(tmp_path)
-    for pair in pairs:
-        k = pair["optimiser_step"]
-        assert pair["comparison"] == SIGN_LIKE
-        assert pair["tolerance"] == tolerance("float32", k, SIGN_LIKE) == pytest.approx(2**k * 1e-5 - 1e-5)
-        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
-        # the same first rollout: the step's two prompts, the seeded samples, the example's reward
-        assert pair["step_one_rewards"] == pytest.approx([reward] * 2, rel=1e-6)
     skyrl_trl = next(p for p in pairs if p["optimiser_step"] == 2 and p["frameworks"] == ["trl", "skyrl"])
     assert f"| trl / skyrl | sign-like | {skyrl_trl['rel']:.2e} | 3e-05 | identical |" in report
-    assert records["first_update_identical"] is True
     assert_last_step_is_the_synced_one(out, FRAMEWORKS, 2)
     # the clip acted in the second optimiser step, the same way in the four trainers' own logs
-    step_one = {name: [r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in FRAMEWORKS}
+    step_one = step_one_records(records, FRAMEWORKS)
     skyrl = step_one["skyrl"]
     assert skyrl["clip_frac_low"] > 0 and skyrl["clip_frac_high"] > 0
     assert skyrl["log_ratio_min"] < -0.4 or skyrl["log_ratio_max"] > 0.4  # beyond the clip bound

@@ -21,13 +21,16 @@ virtualenvs (SkyRL's processes need ``tests/skyrl/shims`` on PYTHONPATH, set her
 from __future__ import annotations
 
 import json
-from itertools import combinations
 
 import pytest
 
 from gmpo_plugins.cli import main
-from gmpo_plugins.frameworks.first_update import SIGN_LIKE, tolerance
-from tests.example_runs import adam_example_in, first_rollout_reward
+from tests.example_runs import (
+    adam_example_in,
+    assert_every_pair_identical_sign_like,
+    first_rollout_reward,
+    step_one_records,
+)
 
 FRAMEWORKS = ("verl", "openrlhf", "trl", "skyrl")
 LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "log_ratio_min", "log_ratio_max")
@@ -68,19 +71,9 @@ def test_grpo_with_its_dual_clip_acting_takes_the_same_first_rl_step_in_the_four
     assert (out / "skyrl" / "output.log").read_text().count(OVERRIDE) == 2
 
     # every pair after each of the two optimiser steps
-    pairs = records["first_update"]
-    for k in (1, 2):
-        compared = sorted(tuple(pair["frameworks"]) for pair in pairs if pair["optimiser_step"] == k)
-        assert compared == sorted(combinations(FRAMEWORKS, 2)), k
-    assert len(pairs) == 12
-    reward = first_rollout_reward(tmp_path, PROMPTS)
-    for pair in pairs:
-        k = pair["optimiser_step"]
-        assert pair["comparison"] == SIGN_LIKE and pair["tolerance"] == tolerance("float32", k, SIGN_LIKE)
-        assert pair["rel"] <= pair["tolerance"] and pair["identical"] is True, pair
-        assert pair["step_one_rewards"] == pytest.approx([reward] * 2, rel=1e-6)
+    assert_every_pair_identical_sign_like(records, FRAMEWORKS, first_rollout_reward(tmp_path, PROMPTS))
     # grpo's clip and its dual clip acted in the second optimiser step, the same way in the four logs
-    step_one = {name: [r for r in records["runs"][name]["records"] if r["step"] == 1][0] for name in FRAMEWORKS}
+    step_one = step_one_records(records, FRAMEWORKS)
     verl = step_one["verl"]
     assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0 and verl["clip_frac_dual"] > 0
     assert verl["log_ratio_max"] > 0.1823  # beyond ln 1.2
