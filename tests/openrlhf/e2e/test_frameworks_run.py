@@ -139,7 +139,9 @@ def test_openrlhfs_logger_shows_the_loss_metrics_as_token_weighted_means_of_the_
         maxima = (first["metrics"]["log_ratio_max"], second["metrics"]["log_ratio_max"])
         assert record["log_ratio_min"] == pytest.approx(min(minima), rel=1e-6)
         assert record["log_ratio_max"] == pytest.approx(max(maxima), rel=1e-6)
-        assert record["log_ratio_min"] < value["log_ratio_min"] < 0 < value["log_ratio_max"] < record["log_ratio_max"]
+        # strictly: the epochs' extrema differ; the sign of the mean is not fixed (OpenRLHF draws the step's
+        # prompts unseeded, and on some draws every log-ratio falls in the second epoch)
+        assert record["log_ratio_min"] < value["log_ratio_min"] <= value["log_ratio_max"] < record["log_ratio_max"]
     assert sum(point[1] for point in logged["train/gmpo/clip_frac_high"]) > 0  # the clip acted
     assert logged["train/gmpo/clip_frac"] == logged["train/ppo_clip_ratio"]  # OpenRLHF's own, the same reduction
     assert "train/gmpo/policy_loss" not in logged and "train/policy_loss" in logged
