@@ -261,10 +261,11 @@ def _divergence(option: str, d: torch.Tensor) -> torch.Tensor:
     return torch.expm1(d) - d
 
 
-def _rejected(correction: Correction, d: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rejected (B, T) bool, the mean statistic over its units) for ``rollout_rs``."""
-    option = str(correction.rollout_rs)
-    high = float(correction.rollout_rs_threshold)  # type: ignore[arg-type]  # required with rollout_rs
+def _rejected(
+    option: str, high: float, low: float | None, d: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rejected (B, T) bool, the mean statistic over its units) for ``rollout_rs`` ``option``
+    with thresholds ``high`` and (k1) ``low``."""
     stat = _divergence(option, d)
     rows = mask.any(-1)
     if option.startswith("seq_sum"):
@@ -275,7 +276,6 @@ def _rejected(correction: Correction, d: torch.Tensor, mask: torch.Tensor) -> tu
         stat = torch.where(mask, stat, -torch.inf).amax(-1)
         stat = torch.where(rows, stat, 0.0)
     if option.endswith("k1"):  # a log ratio: the band [log lo, log hi]
-        low = correction.rollout_rs_threshold_low
         low_log = -math.log(high) if low is None else math.log(low)
         outside = (stat > math.log(high)) | (stat < low_log)
     else:
@@ -326,16 +326,14 @@ def _is_weights(correction: Correction, d: torch.Tensor, mask: torch.Tensor) -> 
     return _Weights(weights, masked, truncated, seq_truncated, d.new_zeros(()))
 
 
-def _off_policy_rows(
-    correction: Correction, inputs: LossInputs, log_probs: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
+def _off_policy_rows(threshold: float, inputs: LossInputs, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) bool: the tokens of the rows TRL's off-policy sequence mask drops."""
     sampled = inputs.rollout_log_probs if inputs.rollout_log_probs is not None else inputs.old_log_probs
     gap = masked_mean(sampled.detach().to(log_probs.dtype) - log_probs, mask, dim=-1)
     advantages = inputs.advantages.detach().to(log_probs.dtype)
     if advantages.dim() == 2:
         advantages = masked_mean(advantages, mask, dim=-1)
-    drop = (advantages < 0) & (gap > float(correction.off_policy_mask_threshold))  # type: ignore[arg-type]
+    drop = (advantages < 0) & (gap > threshold)
     return drop[:, None] & mask
 
 
@@ -385,11 +383,13 @@ def apply_correction(
     else:  # 0 at padding, raw (non-finite kept) at valid tokens
         d = torch.where(mask, anchor - rollout.detach().to(dtype), zero)
     w = _is_weights(correction, d, mask)
-    if correction.rollout_rs is not None:
-        rejected, w.divergence = _rejected(correction, d, mask)
+    if correction.rollout_rs is not None and correction.rollout_rs_threshold is not None:  # both or neither
+        rejected, w.divergence = _rejected(
+            correction.rollout_rs, correction.rollout_rs_threshold, correction.rollout_rs_threshold_low, d, mask
+        )
         w.masked = w.masked | rejected
     if correction.off_policy_mask_threshold is not None:
-        w.masked = w.masked | _off_policy_rows(correction, inputs, log_probs, mask)
+        w.masked = w.masked | _off_policy_rows(correction.off_policy_mask_threshold, inputs, log_probs, mask)
     weights = torch.where(w.masked, 0.0, w.weights) + (d - d)  # NaN where d is not finite
     metrics = _metrics(w, weights, mask, -masked_mean(d, mask))
     given = inputs.rollout_is_weights

@@ -215,7 +215,8 @@ def sequence_is_weights(
 
     (B,) weights are used as given; (B, T) ones are aggregated over the valid tokens by
     ``aggregation`` (``IS_AGGREGATIONS``): the geometric mean exp(mean_t log w_t) for
-    ``geometric_mean`` (over tokens of non-zero weight: the zero-weight rule, ``IS_AGGREGATIONS``), the arithmetic mean otherwise
+    ``geometric_mean`` (over tokens of non-zero weight: the zero-weight rule,
+    ``IS_AGGREGATIONS``), the arithmetic mean otherwise
     (``per_token`` scales each token's gradient separately, ``per_token_is_gradient``).
     An empty row gets 1 (geometric) or 0 (arithmetic), and 0 from (B,) weights whatever they
     hold there (its loss weight is 0, and 0 * NaN would be NaN). A NaN or +inf weight at a

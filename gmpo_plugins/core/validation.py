@@ -97,7 +97,14 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError(f"mask: expected bool or 0/1 values, got other values (dtype {mask.dtype})")
         mask = mask != 0
-    for name in ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights", "rollout_log_probs"):
+    for name in (
+        "log_probs",
+        "old_log_probs",
+        "advantages",
+        "ref_log_probs",
+        "rollout_is_weights",
+        "rollout_log_probs",
+    ):
         optional = inputs.log_probs if name == "log_probs" else tensors[name]
         if optional is not None:
             _require_finite(name, optional, mask)

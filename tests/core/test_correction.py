@@ -99,6 +99,19 @@ def test_token_level_zero_weights_keep_their_count_unless_dropped():
     assert dropped.loss.item() == pytest.approx(-1.0)
 
 
+@pytest.mark.parametrize("count, loss", [("keep", -0.5), ("drop", -1.0)])
+def test_a_sequence_mode_removes_the_row_and_the_count_choice_decides_n(count, loss):
+    """gmpo, r = 0, A = 1, two rows; row 0's product ratio 3 is outside the sequence IS mask (cap 2):
+    it trains nothing; keep leaves it in the local count, (0 - 1) / 2, drop takes it out, -1 / 1."""
+    inputs = _inputs(
+        [[0.0, 0.0]] * 2, [[0.0, 0.0]] * 2, [1.0, 1.0], rollout=[[-math.log(1.5), -math.log(2)], [0.0, 0.0]]
+    )
+    out, grad = _grad("gmpo", inputs, rollout_is="sequence", rollout_is_mode="mask", rollout_mask_count=count)
+    assert out.loss.item() == pytest.approx(loss, rel=1e-12)
+    assert grad[0].abs().max().item() == 0.0
+    assert out.metrics["rollout_seq_masked_frac"].item() == 0.5
+
+
 # ---- hand values per mode --------------------------------------------------------------------
 
 
@@ -136,7 +149,12 @@ def test_token_level_zero_weights_keep_their_count_unless_dropped():
             {"rollout_seq_truncated_frac": 1.0, "rollout_weight_mean": 2.0},
         ),
         # sequence geometric mean: sqrt(3) = 1.7321 (under the cap)
-        ({"rollout_is": "sequence", "rollout_is_sequence": "geometric_mean"}, [[-math.log(1.5), -math.log(2)]], -math.sqrt(3), {}),
+        (
+            {"rollout_is": "sequence", "rollout_is_sequence": "geometric_mean"},
+            [[-math.log(1.5), -math.log(2)]],
+            -math.sqrt(3),
+            {},
+        ),
         # sequence mask: 3 > 2, the row is masked: 0
         (
             {"rollout_is": "sequence", "rollout_is_mode": "mask"},
@@ -154,7 +172,12 @@ def test_token_level_zero_weights_keep_their_count_unless_dropped():
         # token_k1 band [1/2, 2] on k1 = -d: d = [0, ln 3] -> k1 = -1.0986 < ln(1/2): token 2 rejected
         ({"rollout_rs": "token_k1", "rollout_rs_threshold": 2.0}, [[0.0, -math.log(3)]], -0.5, {}),
         # seq_sum_k3: d = [1, 0]: k3 = e - 2 = 0.718 > 0.5: the row is rejected
-        ({"rollout_rs": "seq_sum_k3", "rollout_rs_threshold": 0.5}, [[-1.0, 0.0]], 0.0, {"rollout_divergence": math.e - 2}),
+        (
+            {"rollout_rs": "seq_sum_k3", "rollout_rs_threshold": 0.5},
+            [[-1.0, 0.0]],
+            0.0,
+            {"rollout_divergence": math.e - 2},
+        ),
         # seq_max_k2 under its threshold: nothing rejected, weights 1
         ({"rollout_rs": "seq_max_k2", "rollout_rs_threshold": 0.6}, [[-1.0, 0.0]], -1.0, {"rollout_divergence": 0.5}),
     ],
@@ -218,7 +241,11 @@ def _reference_weights(hp, log_probs, old, rollout, advantages, mask):
             if level == "token":
                 raw = {t: math.exp(max(-20, min(20, d[t]))) for t in valid}
             else:
-                total = sum(d.values()) if hp.get("rollout_is_sequence", "product") == "product" else sum(d.values()) / len(valid)
+                total = (
+                    sum(d.values())
+                    if hp.get("rollout_is_sequence", "product") == "product"
+                    else sum(d.values()) / len(valid)
+                )
                 raw = dict.fromkeys(valid, math.exp(max(-20, min(20, total))))
             for t in valid:
                 if hp.get("rollout_is_mode", "truncate") == "truncate":
@@ -261,7 +288,12 @@ MODES = [
     {"rollout_is": "sequence", "rollout_is_threshold": 1.5, "rollout_is_threshold_low": 0.5},
     {"rollout_is": "sequence", "rollout_is_mode": "mask", "rollout_is_threshold": 1.5, "rollout_is_threshold_low": 0.5},
     {"rollout_is": "sequence", "rollout_is_sequence": "geometric_mean", "rollout_is_threshold": 1.1},
-    {"rollout_is": "sequence", "rollout_is_sequence": "geometric_mean", "rollout_is_mode": "mask", "rollout_is_threshold": 1.1},
+    {
+        "rollout_is": "sequence",
+        "rollout_is_sequence": "geometric_mean",
+        "rollout_is_mode": "mask",
+        "rollout_is_threshold": 1.1,
+    },
     *({"rollout_rs": option, "rollout_rs_threshold": 1.2 if option.endswith("k1") else 0.05} for option in RS_OPTIONS),
     {"rollout_rs": "seq_mean_k1", "rollout_rs_threshold": 1.1, "rollout_rs_threshold_low": 0.95},
     {"off_policy_mask_threshold": 0.02},
@@ -286,7 +318,12 @@ def test_every_mode_matches_the_float64_reference(hparams):
     inputs = _case()
     _, grad = _grad("gpg", inputs, reduction="token-sum", **hparams)
     want = _reference_weights(
-        hparams, inputs.log_probs.detach(), inputs.old_log_probs, inputs.rollout_log_probs, inputs.advantages, inputs.mask
+        hparams,
+        inputs.log_probs.detach(),
+        inputs.old_log_probs,
+        inputs.rollout_log_probs,
+        inputs.advantages,
+        inputs.mask,
     )
     assert 0 < int((want != 1).sum()) or hparams.get("rollout_is") is not None  # the mode acts on this batch
     assert torch.allclose(grad, -inputs.advantages[:, None] * want, rtol=1e-12, atol=1e-15)
@@ -300,9 +337,16 @@ def test_sequence_level_losses_take_the_reference_weights(hparams, impl):
     inputs = _case(seed=4)
     out, grad = _grad("gmpo", inputs, impl=impl, **hparams)
     weights = _reference_weights(
-        hparams, inputs.log_probs.detach(), inputs.old_log_probs, inputs.rollout_log_probs, inputs.advantages, inputs.mask
+        hparams,
+        inputs.log_probs.detach(),
+        inputs.old_log_probs,
+        inputs.rollout_log_probs,
+        inputs.advantages,
+        inputs.mask,
     )
-    plain = LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask, rollout_is_weights=weights)
+    plain = LossInputs(
+        inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask, rollout_is_weights=weights
+    )
     want, want_grad = _grad("gmpo", plain, impl="eager")
     assert out.loss.item() == pytest.approx(want.loss.item(), rel=1e-12)
     assert torch.allclose(grad, want_grad, rtol=1e-10, atol=1e-15)
@@ -406,7 +450,11 @@ def test_a_bad_option_is_one_line_naming_it(hparams, words):
 
 def test_options_that_need_rollout_log_probs_say_so():
     inputs = random_batch()
-    for hparams in ({"rollout_is": "token"}, {"rollout_bypass": True}, {"rollout_rs": "token_k3", "rollout_rs_threshold": 1}):
+    for hparams in (
+        {"rollout_is": "token"},
+        {"rollout_bypass": True},
+        {"rollout_rs": "token_k3", "rollout_rs_threshold": 1},
+    ):
         with pytest.raises(ValueError, match="rollout_log_probs \\(B, T\\) is required"):
             get_loss("gmpo")(inputs, **hparams)
     inputs = _case()
@@ -414,7 +462,15 @@ def test_options_that_need_rollout_log_probs_say_so():
     with pytest.raises(ValueError, match="two IS weights"):
         get_loss("gmpo")(inputs, rollout_is="token")
     with pytest.raises(ValueError, match="rollout_log_probs: expected shape"):
-        get_loss("gmpo")(LossInputs(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.mask, rollout_log_probs=inputs.old_log_probs[:, :3]))
+        get_loss("gmpo")(
+            LossInputs(
+                inputs.log_probs,
+                inputs.old_log_probs,
+                inputs.advantages,
+                inputs.mask,
+                rollout_log_probs=inputs.old_log_probs[:, :3],
+            )
+        )
 
 
 def test_every_loss_accepts_the_options_and_none_declares_them():
@@ -425,7 +481,9 @@ def test_every_loss_accepts_the_options_and_none_declares_them():
         assert not set(CORRECTION_DEFAULTS) & set(spec.defaults), spec.name
         hp = {"rollout_is": "token"} if not spec.sequence_level else {"rollout_is": "sequence"}
         advantages = inputs.advantages
-        case = LossInputs(inputs.log_probs, inputs.old_log_probs, advantages, inputs.mask, rollout_log_probs=inputs.rollout_log_probs)
+        case = LossInputs(
+            inputs.log_probs, inputs.old_log_probs, advantages, inputs.mask, rollout_log_probs=inputs.rollout_log_probs
+        )
         assert torch.isfinite(spec(case, **hp).loss), spec.name
     with pytest.raises(TypeError, match="did you mean 'rollout_is_mode'"):
         get_loss("gmpo").resolve({"rollout_is_mod": "mask"})
@@ -441,7 +499,9 @@ def test_rollout_is_hand_values():
     -f * A = [-2, 0, 0, -2.2]; the loss value -sum f A log pi (log pi = log r + old, old = -1)."""
     ratios = torch.tensor([[1.0, 1.5, 0.5, 1.1]], dtype=F64)
     old = torch.full((1, 4), -1.0, dtype=F64)
-    inputs = LossInputs((old + ratios.log()).requires_grad_(), old, torch.tensor([2.0], dtype=F64), torch.ones(1, 4, dtype=torch.bool))
+    inputs = LossInputs(
+        (old + ratios.log()).requires_grad_(), old, torch.tensor([2.0], dtype=F64), torch.ones(1, 4, dtype=torch.bool)
+    )
     out, grad = _grad("rollout_is", inputs, reduction="token-sum")
     assert torch.allclose(grad, torch.tensor([[-2.0, 0.0, 0.0, -2.2]], dtype=F64), rtol=1e-12)
     f = torch.tensor([1.0, 0.0, 0.0, 1.1], dtype=F64)
@@ -452,7 +512,12 @@ def test_rollout_is_hand_values():
 def test_importance_sampling_hand_values():
     """l_t = -r_t A_t: r = [1, 2], A = 3, token-mean: loss -(3 + 6) / 2 = -4.5, gradient -r A / 2."""
     old = torch.zeros(1, 2, dtype=F64)
-    inputs = LossInputs(torch.tensor([[0.0, math.log(2)]], dtype=F64, requires_grad=True), old, torch.tensor([3.0], dtype=F64), torch.ones(1, 2, dtype=torch.bool))
+    inputs = LossInputs(
+        torch.tensor([[0.0, math.log(2)]], dtype=F64, requires_grad=True),
+        old,
+        torch.tensor([3.0], dtype=F64),
+        torch.ones(1, 2, dtype=torch.bool),
+    )
     out, grad = _grad("importance_sampling", inputs)
     assert out.loss.item() == pytest.approx(-4.5, rel=1e-12)
     assert torch.allclose(grad, torch.tensor([[-1.5, -3.0]], dtype=F64), rtol=1e-12)
