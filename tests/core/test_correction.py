@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_METRIC_KEYS, RS_OPTIONS, SPLIT_DEPENDENT
@@ -521,3 +523,55 @@ def test_importance_sampling_hand_values():
     out, grad = _grad("importance_sampling", inputs)
     assert out.loss.item() == pytest.approx(-4.5, rel=1e-12)
     assert torch.allclose(grad, torch.tensor([[-1.5, -3.0]], dtype=F64), rtol=1e-12)
+
+
+# ---- a fuzz: random options on random batches -------------------------------------------------
+
+
+def _random_options(draw: st.DrawFn) -> dict:
+    options: dict = {}
+    if draw(st.booleans()):
+        options["rollout_is"] = draw(st.sampled_from(["token", "sequence"]))
+        options["rollout_is_mode"] = draw(st.sampled_from(["truncate", "mask"]))
+        options["rollout_is_sequence"] = draw(st.sampled_from(["product", "geometric_mean"]))
+        high = draw(st.floats(1.01, 3.0))
+        options["rollout_is_threshold"] = high
+        options["rollout_is_threshold_low"] = draw(st.one_of(st.none(), st.floats(0.2, 0.99)))
+    if draw(st.booleans()):
+        option = draw(st.sampled_from(RS_OPTIONS))
+        options["rollout_rs"] = option
+        options["rollout_rs_threshold"] = draw(st.floats(1.01, 2.0) if option.endswith("k1") else st.floats(0.001, 0.5))
+    if draw(st.booleans()):
+        options["off_policy_mask_threshold"] = draw(st.floats(-0.1, 0.1))
+    options["rollout_bypass"] = draw(st.booleans())
+    return options
+
+
+@st.composite
+def _fuzz_cases(draw: st.DrawFn) -> tuple:
+    return _random_options(draw), draw(st.integers(0, 10_000)), draw(st.floats(0.01, 1.0))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_fuzz_cases())
+def test_fuzz_options_match_the_reference_and_split(case):
+    """Any combination of options on a random batch: each token's weight is the float64
+    reference's (gpg, token-sum), the loss of gmpo is finite, and 3 micro-batches of dapo give the
+    whole batch's gradient."""
+    options, seed, spread = case
+    inputs = random_batch(5, 7, seed=seed, spread=0.3)
+    noise = torch.randn(5, 7, dtype=F64, generator=torch.Generator().manual_seed(seed + 7))
+    inputs.rollout_log_probs = inputs.old_log_probs + spread * noise
+    _, grad = _grad("gpg", inputs, reduction="token-sum", **options)
+    want = _reference_weights(
+        options,
+        inputs.log_probs.detach(),
+        inputs.old_log_probs,
+        inputs.rollout_log_probs,
+        inputs.advantages,
+        inputs.mask,
+    )
+    assert torch.allclose(grad, -inputs.advantages[:, None] * want, rtol=1e-10, atol=1e-12)
+    assert torch.isfinite(get_loss("gmpo")(inputs, **options).loss)
+    whole = _split_grad("dapo", inputs, 1, options)
+    assert torch.allclose(_split_grad("dapo", inputs, 3, options), whole, rtol=1e-10, atol=1e-15)
