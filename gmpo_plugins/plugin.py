@@ -28,13 +28,16 @@ What a loss receives and returns:
 
 - ``LossInputs``: ``log_probs``, ``old_log_probs``, ``mask`` (B, T), ``advantages`` (B,)
   or (B, T), optional ``ref_log_probs`` (B, T) and ``rollout_is_weights`` (B, T) or (B,);
-  validated before the call.
+  validated before the call. The rollout correction's options (``rollout_is``, ...) are taken
+  by the registry for every loss and applied to these inputs before the call (weights, mask,
+  old log-probs), so a loss never sees them; on a sequence-level loss a (B, T) weight of 0 has
+  already removed its token from ``mask``.
 - ``BatchInfo``: ``dp_size`` and the global counts (``global_batch_size`` sequences,
   ``global_num_tokens`` tokens) that make micro-batch losses add up to the mini-batch
   loss; ``reduce_tokens`` / ``reduce_sequences`` apply them.
 - ``LossOutput``: the scalar ``loss`` and a dict of detached scalar ``metrics``.
-- Hyper-parameters arrive as keywords; ``LossSpec.defaults`` lists every accepted one
-  (``LossFn`` is the function's type).
+- Hyper-parameters arrive as keywords; ``LossSpec.defaults`` lists every one the function
+  takes (``LossFn`` is the function's type).
 
 Everything else in the package (``gmpo_plugins.core.*``, the adapters, compare, bench) is
 internal: it may change between releases without notice.

@@ -1,11 +1,13 @@
 """``gmpo-plugins list``: the registered losses as a table, JSON with ``--json``, or the
-Markdown table of docs/losses.md with ``--markdown``."""
+Markdown table of docs/losses.md with ``--markdown``; ``--corrections`` prints the rollout
+correction options every loss accepts (``core.correction``) as docs/losses.md's table."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_OPTIONS
 from gmpo_plugins.core.registry import list_losses
 
 
@@ -15,6 +17,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     output.add_argument("--json", action="store_true", help="print JSON instead of a table")
     output.add_argument(
         "--markdown", action="store_true", help="print the Markdown table of the built-in losses (docs/losses.md)"
+    )
+    output.add_argument(
+        "--corrections",
+        action="store_true",
+        help="print the Markdown table of the rollout correction options every loss accepts (docs/losses.md)",
     )
     parser.set_defaults(run=run)
 
@@ -39,6 +46,9 @@ def loss_rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.corrections:
+        print(corrections_table())
+        return 0
     rows = loss_rows()
     if args.markdown:
         print(markdown_table(rows))
@@ -53,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:  # rich is an optional extra; plain columns without it
         for row in rows:
             print(f"{row['name']:<16} {row['provider']:<16} {row['description']}")
+        print(CORRECTION_LINE)
         return 0
     table = Table(title="gmpo-plugins losses", show_lines=True)
     table.add_column("loss (provider)", no_wrap=True)
@@ -61,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         name = Text(f"{row['name']}\n") + Text(row["provider"], style="dim")  # Text: no markup in plugin strings
         table.add_row(name, Text("\n".join(_details(row))))
     Console().print(table)
+    Console().print(Text(CORRECTION_LINE))
     return 0
 
 
@@ -102,6 +114,20 @@ def markdown_table(rows: list[dict]) -> str:
             "yes" if row["split_invariant"] else "no",
         )
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+CORRECTION_LINE = (
+    "Every loss also takes the rollout correction options (gmpo-plugins list --corrections): "
+    + ", ".join(CORRECTION_DEFAULTS)
+)
+
+
+def corrections_table() -> str:
+    """The rollout correction options as one Markdown table: option, default, meaning."""
+    lines = ["| option | default | values and meaning |", "|---|---|---|"]
+    for name, default in CORRECTION_DEFAULTS.items():
+        lines.append(f"| `{name}` | `{default}` | {CORRECTION_OPTIONS[name]} |")
     return "\n".join(lines)
 
 

@@ -141,12 +141,15 @@ IS_AGGREGATIONS = ("arithmetic_mean", "geometric_mean", "per_token")
 """How (B, T) rollout IS weights w_t act on a sequence-level loss L_i (``rollout_is_aggregation``):
 
     arithmetic_mean  L_i * mean_t w_t                     (TRL's sequence-level IS)
-    geometric_mean   L_i * exp(mean_t log w_t)            (verl's geo_mean)
+    geometric_mean   L_i * exp(mean_t log w_t)            (verl's geo_mean, which takes
+                                                          log(w_t + 1e-10))
     per_token        value L_i * mean_t w_t, but token t's gradient scaled by w_t instead
                      of mean_t w_t: dL/dlog_prob_t = w_t * dL_i/dlog_prob_t   (verl's and
                      TRL's gspo, which weight each token of a sequence-level surrogate)
 
-(B,) weights (one per sequence) multiply L_i in every mode.
+(B,) weights (one per sequence) multiply L_i in every mode. A (B, T) weight of exactly 0
+never reaches these means: ``LossSpec`` removes its token from the row first (the zero-weight
+rule, ``core.correction``), unless every weight of the row is 0 (then rho_i = 0).
 """
 
 
@@ -212,7 +215,8 @@ def sequence_is_weights(
 
     (B,) weights are used as given; (B, T) ones are aggregated over the valid tokens by
     ``aggregation`` (``IS_AGGREGATIONS``): the geometric mean exp(mean_t log w_t) for
-    ``geometric_mean`` (a zero weight makes it 0), the arithmetic mean otherwise
+    ``geometric_mean`` (over tokens of non-zero weight: the zero-weight rule,
+    ``IS_AGGREGATIONS``), the arithmetic mean otherwise
     (``per_token`` scales each token's gradient separately, ``per_token_is_gradient``).
     An empty row gets 1 (geometric) or 0 (arithmetic), and 0 from (B,) weights whatever they
     hold there (its loss weight is 0, and 0 * NaN would be NaN). A NaN or +inf weight at a

@@ -2,8 +2,12 @@
 
 A loss function has the signature ``fn(inputs: LossInputs, batch: BatchInfo, **hparams)
 -> LossOutput``; its spec adds the name, a one-line description, the default
-hyper-parameters (which are also the complete list of accepted ones) and what the loss
-requires of its inputs.
+hyper-parameters (which, with the rollout correction's options, are the complete list of
+accepted ones) and what the loss requires of its inputs.
+
+Every loss also accepts the rollout correction's options (``core.correction.CORRECTION_DEFAULTS``):
+they are not the loss's own, never reach ``fn``, and act on its inputs before it runs
+(``correction.apply_correction``), whose metrics are added to the loss's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from gmpo_plugins.core.correction import (
+    CORRECTION_DEFAULTS,
+    apply_correction,
+    check_correction,
+    check_correction_inputs,
+    split_correction,
+)
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
@@ -124,15 +135,22 @@ class LossSpec:
     provider: str = ""
 
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults updated with ``overrides``; unknown names raise TypeError with the valid ones."""
-        unknown = [key for key in overrides if key not in self.defaults]
+        """Defaults updated with ``overrides``; unknown names raise TypeError with the valid ones.
+        Correction options (``core.correction``) are accepted and checked, and appear in the
+        result only where ``overrides`` gives them."""
+        unknown = [key for key in overrides if key not in self.defaults and key not in CORRECTION_DEFAULTS]
         if unknown:
+            known = [*self.defaults, *CORRECTION_DEFAULTS]
             hints = "".join(
                 f" (did you mean {close[0]!r} for {key!r}?)"
                 for key in unknown
-                if (close := difflib.get_close_matches(key, list(self.defaults), n=1))
+                if (close := difflib.get_close_matches(key, known, n=1))
             )
-            raise TypeError(f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)}{hints}")
+            raise TypeError(
+                f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)} and the "
+                f"rollout correction's {list(CORRECTION_DEFAULTS)}{hints}"
+            )
+        check_correction(self.name, {key: value for key, value in overrides.items() if key in CORRECTION_DEFAULTS})
         params = {**self.defaults, **overrides}
         optional = tuple(name for name, value in self.defaults.items() if value is None)
         check_hparams(
@@ -165,7 +183,7 @@ class LossSpec:
         naming ``impl`` for a value the loss does not list (any value for a loss without
         ``impls``).
         """
-        params = self.resolve(hparams)
+        correction, params = split_correction(self.resolve(hparams))
         if impl is not None:
             if impl not in self.impls:
                 offered = f"one of {list(self.impls)}" if self.impls else "None (it has one formulation)"
@@ -174,6 +192,7 @@ class LossSpec:
         batch = BatchInfo() if batch is None else batch
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
         validate_batch_info(batch, values=validate)
+        check_correction_inputs(self.name, correction, inputs)
         wants_grad = torch.is_grad_enabled() and inputs.log_probs.requires_grad
         if torch.is_grad_enabled() and not wants_grad and self.name not in _warned_no_grad:
             _warned_no_grad.add(self.name)
@@ -183,4 +202,7 @@ class LossSpec:
                 NoGradientWarning,
                 stacklevel=2,
             )
-        return check_result(self, self.fn(inputs, batch, **params), wants_grad, values=validate)
+        corrected, metrics = apply_correction(inputs, correction, sequence_level=self.sequence_level)
+        out = check_result(self, self.fn(corrected, batch, **params), wants_grad, values=validate)
+        out.metrics.update(metrics)
+        return out

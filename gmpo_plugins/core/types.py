@@ -9,7 +9,11 @@ Shapes (padded layout, B sequences, T response positions):
     mask                 (B, T) bool or 0/1; True where a token is a valid response token
     ref_log_probs        (B, T) float, optional: reference policy, for a KL penalty
     rollout_is_weights   (B, T) or (B,) float >= 0, optional: detached importance weights
-                                        correcting rollout-engine vs. trainer mismatch
+                                        correcting rollout-engine vs. trainer mismatch; on a
+                                        sequence-level loss a (B, T) weight of 0 removes its
+                                        token from the row (``core.correction``)
+    rollout_log_probs    (B, T) float, optional: the rollout engine's log-probs of the sampled
+                                        tokens, read by the correction options (``core.correction``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
 gives a non-finite loss on every path, or a ValueError naming the input with value checks
@@ -45,6 +49,7 @@ class LossInputs:
     mask: torch.Tensor
     ref_log_probs: torch.Tensor | None = None
     rollout_is_weights: torch.Tensor | None = None
+    rollout_log_probs: torch.Tensor | None = None
 
 
 @dataclass

@@ -64,9 +64,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "mask": inputs.mask,
         "ref_log_probs": inputs.ref_log_probs,
         "rollout_is_weights": inputs.rollout_is_weights,
+        "rollout_log_probs": inputs.rollout_log_probs,
     }
     for name, value in tensors.items():
-        if value is None and name in ("ref_log_probs", "rollout_is_weights"):
+        if value is None and name in ("ref_log_probs", "rollout_is_weights", "rollout_log_probs"):
             continue
         tensor = _require_tensor(name, value)
         if tensor.device != log_probs.device:
@@ -78,8 +79,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
 
     _require_shape("old_log_probs", inputs.old_log_probs, bt, "(B, T)")
     _require_shape("mask", inputs.mask, bt, "(B, T)")
-    if inputs.ref_log_probs is not None:
-        _require_shape("ref_log_probs", inputs.ref_log_probs, bt, "(B, T)")
+    for name in ("ref_log_probs", "rollout_log_probs"):
+        optional = tensors[name]
+        if optional is not None:
+            _require_shape(name, optional, bt, "(B, T)")
     for name in ("advantages", "rollout_is_weights"):
         optional = tensors[name]
         if optional is not None and tuple(optional.shape) not in ((batch_size,), bt):
@@ -94,7 +97,14 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError(f"mask: expected bool or 0/1 values, got other values (dtype {mask.dtype})")
         mask = mask != 0
-    for name in ("log_probs", "old_log_probs", "advantages", "ref_log_probs", "rollout_is_weights"):
+    for name in (
+        "log_probs",
+        "old_log_probs",
+        "advantages",
+        "ref_log_probs",
+        "rollout_is_weights",
+        "rollout_log_probs",
+    ):
         optional = inputs.log_probs if name == "log_probs" else tensors[name]
         if optional is not None:
             _require_finite(name, optional, mask)

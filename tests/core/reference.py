@@ -180,6 +180,11 @@ def per_token_reference(name, lp, old, adv, mask, hp):
         elif name == "clip_cov":
             term = torch.maximum(-a * r, -a * r.clamp(1 - hp["eps_low"], 1 + hp["eps_high"]))
             out[i, t] = x * 0 if (i, t) in chosen else term
+        elif name == "rollout_is":
+            inside = 1 - hp["eps_low"] < float(r.detach()) < 1 + hp["eps_high"]
+            out[i, t] = -(r.detach() if inside else 0.0) * a * x
+        elif name == "importance_sampling":
+            out[i, t] = -r * a
         elif name == "kl_cov":
             d = (x - old[i, t]).clamp(-GUARD, GUARD)
             out[i, t] = -a * r + (hp["ppo_kl_coef"] * d.abs() if (i, t) in chosen else 0)

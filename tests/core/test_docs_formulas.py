@@ -112,8 +112,11 @@ def test_the_loss_table_is_the_registry_s():
 
 def _line(name: str) -> str:
     """The page's formula line of a per-token loss (the line that starts with its name)."""
-    prefix = f"    {name:<10}l_t = "
-    lines = [line for line in LOSSES_PAGE.read_text(encoding="utf-8").splitlines() if line.startswith(prefix)]
+    lines = [
+        line
+        for line in LOSSES_PAGE.read_text(encoding="utf-8").splitlines()
+        if line.startswith("    ") and line.split()[:3] == [name, "l_t", "="]
+    ]
     assert len(lines) == 1, f"docs/losses.md has no single formula line for {name}"
     return lines[0]
 
@@ -167,6 +170,13 @@ PER_TOKEN_CASES = {
         (-1.0, -1.3, 1.0, {}),
         lambda lp, old, a, h: -math.exp(3 + 2 * (lp - old) - 3 * math.exp(lp - old)) * a * lp,
     ),
+    # rho = e^0.1 = 1.105 inside (0.8, 1.2): -rho a lp; e^0.3 = 1.35 would be zeroed
+    "rollout_is": (
+        "l_t = -sg(rho_t * [1 - eps_low < rho_t < 1 + eps_high]) * A_t * log pi_t",
+        (-1.0, -1.1, 2.0, {}),
+        lambda lp, old, a, h: -math.exp(lp - old) * a * lp,
+    ),
+    "importance_sampling": ("l_t = -rho_t * A_t", (-1.0, -1.4, 0.5, {}), lambda lp, old, a, h: -math.exp(lp - old) * a),
 }
 
 

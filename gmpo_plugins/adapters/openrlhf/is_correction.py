@@ -16,7 +16,9 @@ A registry loss multiplies each token's term by its rollout IS weight ``w_t`` (s
 losses aggregate the weights per sequence by their ``rollout_is_aggregation``), so
 ``w_t = c_t`` is OpenRLHF's correction exactly for a token-level loss, and every level, mode
 and gating is expressible. A dropped token is a zero weight, not a change of the mask:
-OpenRLHF keeps it in the token count it divides by, and so does the loss's ``BatchInfo``.
+OpenRLHF keeps it in the token count it divides by, and so does the loss's ``BatchInfo``
+(a sequence-level loss removes a zero-weight token from its row's aggregate instead:
+``core.correction``, the zero-weight rule).
 Weights at padding are 0. Shapes: every tensor (B, T).
 
 Also returned, as OpenRLHF returns them: ``vllm_kl`` (mean of rollout - old over valid

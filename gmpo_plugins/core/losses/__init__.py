@@ -11,8 +11,10 @@ from gmpo_plugins.core.losses.dro import DRO
 from gmpo_plugins.core.losses.gmpo import GMPO, GMPO_NOCLIP, GMPO_NONORM, GMPO_SEQCLIP
 from gmpo_plugins.core.losses.gpg import GPG
 from gmpo_plugins.core.losses.gspo import GSPO
+from gmpo_plugins.core.losses.importance_sampling import IMPORTANCE_SAMPLING
 from gmpo_plugins.core.losses.luspo import LUSPO
 from gmpo_plugins.core.losses.ppo_clip import DAPO, DR_GRPO, GRPO
+from gmpo_plugins.core.losses.rollout_is import ROLLOUT_IS
 from gmpo_plugins.core.losses.sapo import SAPO
 from gmpo_plugins.core.losses.vespo import VESPO
 from gmpo_plugins.core.spec import LossSpec
@@ -29,18 +31,15 @@ BUILTIN_LOSSES: tuple[LossSpec, ...] = (
     *(CLIP_COV, KL_COV),
     LUSPO,
     VESPO,
+    ROLLOUT_IS,
+    IMPORTANCE_SAMPLING,
 )
 
 NOT_REGISTERED: dict[str, str] = {
     "bnpo": "TRL's and Liger's bnpo divide by the active tokens of the local micro-batch, so its gradient "
     "depends on the micro-batch split; use 'dapo' (token-mean over the global token count), which is "
     "what bnpo approximates",
-    "rollout_is": "SkyRL's rollout_is weighs each token by sg(r) against the rollout policy, zeroed outside "
-    "the band: a weight of the current policy, not a rollout IS weight; use 'cispo' with the rollout "
-    "log-probs as old_log_probs (it clamps out-of-band ratios instead of zeroing them)",
     "cross_entropy": "an SFT loss (no advantage, no ratio): out of scope of a policy-loss registry",
-    "importance_sampling": "Tinker's SFT-style importance-sampled cross entropy: out of scope of a policy-loss "
-    "registry",
 }
 """Names the frameworks use that the registry refuses, each with the reason (``get_loss``
 names it in its error)."""

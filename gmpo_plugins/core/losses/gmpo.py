@@ -31,7 +31,12 @@ is below e^-20, and in gmpo_noclip wherever |r_t| > R.
 Rollout IS weights (``rollout_is_aggregation``, ``prepared.IS_AGGREGATIONS``): default
 ``geometric_mean``, rho_i = exp(mean_t log w_t). GMPO's own weight is the geometric mean of
 the token ratios, so rho_i * w_i is then the geometric mean of the token ratios against the
-rollout policy, pi_theta / pi_rollout: one consistent correction. It is verl's ``geo_mean``.
+rollout policy, pi_theta / pi_rollout: one consistent correction. For positive weights it is
+verl's ``geo_mean`` (which takes log(w_t + 1e-10)). A token of weight exactly 0 (a masked
+token) leaves the row: w_i, rho_i and |o_i| run over the row's other tokens, so one masked
+token never zeros its sequence; a row whose weights are all 0 trains nothing
+(``core.correction``, the zero-weight rule). verl's geo_mean instead multiplies the row by
+(1e-10)^(1/|o_i|) per zero weight (0.977 for one in 1,000 tokens).
 
 Ablations (paper Table 3), as the authors' code (callsys/GMPO ``train_zero_math_gmpo.py``)
 runs them:
