@@ -33,7 +33,7 @@ log-probs and advantages themselves: they count those inputs and poison their ow
 in the same pass (``kernels.sequence_rows``, ``kernels.token``), so the tail adds the term
 only for the inputs they do not read (``finish(covered=...)``).
 
-``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_mode``) instead raises at the
+``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_raises``) instead raises at the
 first such position, naming the input, its row and its column (a synchronising check).
 """
 

@@ -19,7 +19,7 @@ import torch
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 from gmpo_plugins.core.validation import (
-    nonfinite_mode,
+    nonfinite_raises,
     raise_at_first_nonfinite,
     validate_batch_info,
     validate_inputs,
@@ -165,7 +165,7 @@ class LossSpec:
         log_probs not requiring grad, a NoGradientWarning is given once per loss (the loss
         then trains nothing).
 
-        With ``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_mode``) a NaN or +-inf
+        With ``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_raises``) a NaN or +-inf
         at a valid position of an input raises a ValueError naming the input, row and column
         before anything is computed (a synchronising check, whatever ``validate`` says).
 
@@ -181,7 +181,7 @@ class LossSpec:
                 raise ValueError(f"{self.name}: impl must be {offered}, got {impl!r}")
             params["impl"] = impl
         batch = BatchInfo() if batch is None else batch
-        if nonfinite_mode() == "raise":  # structure first: the check indexes the tensors
+        if nonfinite_raises():  # structure first: the check indexes the tensors
             validate_inputs(inputs, sequence_level=self.sequence_level, values=False)
             raise_at_first_nonfinite(inputs)
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)

@@ -12,7 +12,6 @@ Framework adapters decide per call whether to ask for value checks
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -165,17 +164,24 @@ NONFINITE_MODES = ("propagate", "raise")
 """
 
 
-@functools.cache
-def nonfinite_mode() -> str:
-    """``GMPO_PLUGINS_NONFINITE``, read once per process (``NONFINITE_MODES``); ValueError
-    naming the variable for any other value."""
-    mode = os.environ.get(NONFINITE_ENV, "").strip().lower() or "propagate"
-    if mode not in NONFINITE_MODES:
-        raise ValueError(
-            f"{NONFINITE_ENV}: expected one of {list(NONFINITE_MODES)} (or unset), "
-            f"got {os.environ.get(NONFINITE_ENV)!r}"
-        )
-    return mode
+_NONFINITE_MODE: dict[str, bool] = {}
+"""The parsed ``GMPO_PLUGINS_NONFINITE`` once read (``nonfinite_raises``); tests clear it."""
+
+
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
+def nonfinite_raises() -> bool:
+    """True when ``GMPO_PLUGINS_NONFINITE=raise`` (``NONFINITE_MODES``; unset or empty:
+    ``propagate``), read once per process (``torch.compile`` keeps the result as a constant);
+    ValueError naming the variable for any other value."""
+    if "raise" not in _NONFINITE_MODE:
+        mode = os.environ.get(NONFINITE_ENV, "").strip().lower() or "propagate"
+        if mode not in NONFINITE_MODES:
+            raise ValueError(
+                f"{NONFINITE_ENV}: expected one of {list(NONFINITE_MODES)} (or unset), "
+                f"got {os.environ.get(NONFINITE_ENV)!r}"
+            )
+        _NONFINITE_MODE["raise"] = mode == "raise"
+    return _NONFINITE_MODE["raise"]
 
 
 def raise_at_first_nonfinite(inputs: LossInputs) -> None:
@@ -200,7 +206,7 @@ def raise_at_first_nonfinite(inputs: LossInputs) -> None:
         return
     row, column = (int(i) for i in positions[0])
     name = names[int(stacked[:, row, column].nonzero()[0, 0])]
-    value = vars(inputs)[name]
+    value = vars(inputs)[name].detach()
     found = float(value[row] if value.dim() == 1 else value[row, column])
     raise ValueError(
         f"{name}: {found} at row {row}, column {column}, a valid (mask=True) position "
