@@ -175,13 +175,16 @@ def test_a_finite_batch_is_unchanged_by_the_rule():
     from gmpo_plugins.core import tail
 
     tensors = _batch()
+    finish = tail.finish
+
+    def uncovered(*args, **kwargs):
+        return finish(*args, **{**kwargs, "covered": ()})
+
     for loss in ("gmpo", "grpo"):
         plain = _run(loss, "torch", tensors, validate=False)
-        finish = tail.finish
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(tail, "finish", lambda *a, **k: finish(*a, **{**k, "covered": ()}))
             for module in ("gmpo_plugins.core.kernels.sequence", "gmpo_plugins.core.kernels.token"):
-                patch.setattr(f"{module}.finish", tail.finish)
+                patch.setattr(f"{module}.finish", uncovered)
             forced = _run(loss, "torch", tensors, validate=False)
         assert torch.equal(plain[0], forced[0]) and torch.equal(plain[2], forced[2]), loss
         assert torch.equal(plain[2].view(torch.int32), forced[2].view(torch.int32)), loss  # the sign of 0 too
