@@ -200,7 +200,7 @@ def raise_at_first_nonfinite(inputs: LossInputs) -> None:
         bad = ~torch.isfinite(tensor.detach())
         names.append(name)
         flags.append((bad[:, None] if bad.dim() == 1 else bad) & mask)
-    stacked = torch.stack(torch.broadcast_tensors(*flags))  # (inputs, B, T)
+    stacked = torch.stack(flags)  # (inputs, B, T): each flag is (B, T) after the mask
     positions = stacked.any(0).nonzero()
     if positions.numel() == 0:
         return

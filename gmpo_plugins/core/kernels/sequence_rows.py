@@ -92,7 +92,7 @@ def _sequence_rows(
     )
     value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
     vector = metric_vector(stats) if metrics else count.new_empty((0,))
-    return value, torch.stack(stats), vector, active, torch.where(live, advantages, zero)
+    return value, torch.stack((*stats[:-1], nonfinite)), vector, active, torch.where(live, advantages, zero)
 
 
 sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence_rows, mutates_args=())
