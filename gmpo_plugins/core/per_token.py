@@ -11,10 +11,9 @@ from it, so whatever a masked position holds reaches neither the value nor the g
 (the gradient of ``where`` selects, it multiplies nothing by the padding's values).
 
 Non-finite values at valid positions: the log-ratio guard is the shared ``clamp_or_nan``
-(finite values clamped, NaN and +-inf made NaN), and ``finish_tokens`` adds
-``nonfinite_probe``, a 0 that is NaN when a valid position of any input holds NaN or +-inf, so
-such an input always gives a non-finite loss, also where the formula does not read that input
-(gpg never reads old_log_probs).
+(finite values clamped, NaN and +-inf made NaN), and ``tail.finish`` applies the non-finite
+rule (``prepared``), so such an input always gives a non-finite loss and gradient, also where
+the formula does not read that input (gpg never reads old_log_probs).
 """
 
 from __future__ import annotations
@@ -87,20 +86,6 @@ def token_batch(inputs: LossInputs, *, log_ratio_bound: float, sequence_level: b
     )
 
 
-def nonfinite_probe(inputs: LossInputs, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A detached 0-dim ``dtype`` tensor: 0 when every valid position of every input is finite,
-    NaN otherwise (0 * inf is NaN). Valid positions: ``mask`` for (B, T) tensors, rows with a
-    valid token for (B,) ones. No value is read (no synchronisation)."""
-    rows = mask.any(-1)
-    probe = torch.zeros((), dtype=dtype, device=mask.device)
-    for tensor in vars(inputs).values():
-        if tensor is None or tensor is inputs.mask:
-            continue
-        valid = mask if tensor.dim() == 2 else rows
-        probe = probe + masked_sum(tensor.detach().to(dtype) * 0, valid)
-    return probe
-
-
 def finish_tokens(
     token_loss: torch.Tensor,
     tokens: TokenBatch,
@@ -120,8 +105,8 @@ def finish_tokens(
     """The ``LossOutput`` of a per-token loss (B, T) under ``reduction`` (``reduce.row_weights``):
     l_t times the rollout IS weight w_t (``weigh``; vespo folds w_t into its own weight), the KL
     term under the same reduction, the shared metrics (``clipped_low`` / ``clipped_high``: bool
-    (B, T) tokens counted in ``clip_frac_low`` / ``clip_frac_high``; None: none) and
-    ``nonfinite_probe`` added to the loss."""
+    (B, T) tokens counted in ``clip_frac_low`` / ``clip_frac_high``; None: none) and the
+    non-finite rule (``tail.finish``)."""
     mask = tokens.mask
     if weigh and tokens.weights is not None:
         token_loss = token_loss * tokens.weights
@@ -132,13 +117,13 @@ def finish_tokens(
     kl = kl_rows(
         inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
     )
-    out = finish(
+    return finish(
         masked_sum(token_loss, mask, dim=-1),
         eager_row_stats(tokens.log_ratio, mask, low, high),
         batch,
+        inputs=inputs,
         reduction=reduction,
         kl=kl,
         kl_beta=kl_beta,
         extra=extra,
     )
-    return LossOutput(loss=out.loss + nonfinite_probe(inputs, mask, dtype), metrics=out.metrics)

@@ -12,6 +12,29 @@ the loss finite for finite inputs (``LOG_RATIO_GUARD``, ``product_guard``, the K
 clamp only finite values and turn NaN and +-inf into NaN (``clamp_or_nan``); every path,
 eager, fused torch, Triton and compiled, applies that one rule. Padding stays inert:
 whatever a masked position holds reaches neither the loss nor the gradient.
+
+The gradient too: such an input also makes the gradient with respect to ``log_probs``
+non-finite, so that a trainer's own non-finite-gradient guard sees it, whatever the loss's
+formula does with the input (a clip or ``where`` gives a NaN token zero gradient; gpg never
+reads ``old_log_probs``). The loss tail applies the rule once (``tail.finish``) with two
+pieces written here:
+
+    z_t  = m_t * sum_x 0 * x_t                        (``nonfinite_sentinel``, (B, T))
+           over every input x (a (B,) one broadcast over its row): 0 where all are finite,
+           NaN at a valid position where one is NaN or +-inf (0 * inf = NaN), 0 at padding
+    loss = loss + n,   n = -|sum_t z_t|               (``nonfinite_term``: -0 or NaN)
+           whose gradient with respect to every log-prob is n itself
+
+so a finite batch adds -0 to the loss and to each gradient entry (bit for bit nothing:
+x + -0 = x for every float x), and a non-finite one makes both NaN. ``nonfinite_tokens``
+counts the valid positions where z_t is NaN. Reading only ``0 * x`` and branching on no
+value, it costs no host-device synchronisation. The fused passes read log-probs, old
+log-probs and advantages themselves: they count those inputs and poison their own backward
+in the same pass (``kernels.sequence_rows``, ``kernels.token``), so the tail adds the term
+only for the inputs they do not read (``finish(covered=...)``).
+
+``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_raises``) instead raises at the
+first such position, naming the input, its row and its column (a synchronising check).
 """
 
 from __future__ import annotations
@@ -19,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,6 +87,54 @@ def clamp_or_nan(
 
 LOG_RATIO_GUARD = 20.0
 """Default bound on |log ratio| before any exp: e^20 stays finite in fp32 and bf16."""
+
+
+def input_tensors(inputs: LossInputs) -> dict[str, torch.Tensor]:
+    """Every tensor of ``inputs`` but the mask, by field name (optional ones only when given)."""
+    return {
+        name: value
+        for name, value in vars(inputs).items()
+        if isinstance(value, torch.Tensor) and value is not inputs.mask
+    }
+
+
+def nonfinite_sentinel(inputs: LossInputs, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """z (B, T) in ``dtype``, detached (module docstring): 0 at padding and where every input
+    is finite, NaN at a valid (``mask``, bool) position where any input is NaN or +-inf; a (B,)
+    input counts at every valid position of its row. One multiply and one add per input."""
+    total: torch.Tensor | None = None
+    for tensor in input_tensors(inputs).values():
+        zero = tensor.detach().to(dtype) * 0  # 0, NaN where NaN or +-inf
+        zero = zero[:, None] if zero.dim() == 1 else zero
+        total = zero if total is None else total + zero
+    assert total is not None  # log_probs is always among the inputs
+    return torch.where(mask, total, torch.zeros((), dtype=dtype, device=mask.device))
+
+
+class _NonfiniteTerm(torch.autograd.Function):
+    """(log_probs (B, T), n 0-dim) -> n, whose gradient with respect to log_probs is n at
+    every position (not n times the incoming gradient: n is a carrier, -0 or NaN)."""
+
+    @staticmethod
+    def forward(ctx: Any, log_probs: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        ctx.shape, ctx.grad_dtype = log_probs.shape, log_probs.dtype
+        ctx.save_for_backward(probe)
+        return probe.clone()
+
+    @staticmethod
+    def backward(ctx: Any, _grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
+        (probe,) = ctx.saved_tensors
+        return probe.to(ctx.grad_dtype).expand(ctx.shape), None
+
+
+def nonfinite_term(log_probs: torch.Tensor, sentinel: torch.Tensor) -> torch.Tensor:
+    """n = -|sum_t z_t| (0-dim, -0 or NaN) for the sentinel z (``nonfinite_sentinel``), as a
+    term of the loss whose gradient with respect to each entry of ``log_probs`` (B, T) is n:
+    added to a loss, it leaves a finite loss and its gradient bit for bit as they are
+    (x + -0 = x) and makes both NaN when a valid position of an input is not finite."""
+    probe = sentinel.sum().abs().neg()
+    term: torch.Tensor = _NonfiniteTerm.apply(log_probs, probe)  # type: ignore[no-untyped-call]  # torch's apply is unannotated
+    return term
 
 
 def product_guard(dtype: torch.dtype) -> float:

@@ -29,7 +29,12 @@ from gmpo_plugins.core.correction import (
 )
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
-from gmpo_plugins.core.validation import validate_batch_info, validate_inputs
+from gmpo_plugins.core.validation import (
+    nonfinite_raises,
+    raise_at_first_nonfinite,
+    validate_batch_info,
+    validate_inputs,
+)
 
 
 class LossFn(Protocol):
@@ -178,6 +183,10 @@ class LossSpec:
         log_probs not requiring grad, a NoGradientWarning is given once per loss (the loss
         then trains nothing).
 
+        With ``GMPO_PLUGINS_NONFINITE=raise`` (``validation.nonfinite_raises``) a NaN or +-inf
+        at a valid position of an input raises a ValueError naming the input, row and column
+        before anything is computed (a synchronising check, whatever ``validate`` says).
+
         ``impl`` chooses the path of a loss that has several (one of ``impls``, e.g.
         ``"eager"`` for the unfused oracle); None leaves the loss's own default. ValueError
         naming ``impl`` for a value the loss does not list (any value for a loss without
@@ -190,6 +199,9 @@ class LossSpec:
                 raise ValueError(f"{self.name}: impl must be {offered}, got {impl!r}")
             params["impl"] = impl
         batch = BatchInfo() if batch is None else batch
+        if nonfinite_raises():  # structure first: the check indexes the tensors
+            validate_inputs(inputs, sequence_level=self.sequence_level, values=False)
+            raise_at_first_nonfinite(inputs)
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
         validate_batch_info(batch, values=validate)
         check_correction_inputs(self.name, correction, inputs)

@@ -16,6 +16,11 @@ row's statistics (``RowStats``). Everything after that is written here once:
     loss   = policy_loss + beta * sum_i u'_i * K_i,  K_i = sum_t m_t KL_t (``kl_rows``), u' the
              weights of the loss's token reduction (seq-mean-token-mean for sequence-level ones)
 
+The non-finite rule (``prepared``'s module docstring) is applied here too, once for every
+loss: ``policy_loss`` gets the term n (-0, or NaN when a valid position of an input is NaN or
++-inf; its gradient with respect to every log-prob is n) and ``nonfinite_tokens`` the count of
+such positions, for every input the caller's pass has not already handled (``covered``).
+
 The metrics come from ``RowStats`` as one stacked vector (``metric_vector``), which the
 metrics dict views, so the fused paths compute them in a few ops (or inside their custom
 operator) and the eager path in the same way from its (B, T) tensors (``eager_row_stats``).
@@ -28,7 +33,13 @@ from typing import NamedTuple
 import torch
 
 from gmpo_plugins.core.kl import reference_kl
-from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan
+from gmpo_plugins.core.prepared import (
+    LOG_RATIO_GUARD,
+    clamp_or_nan,
+    input_tensors,
+    nonfinite_sentinel,
+    nonfinite_term,
+)
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQUENCE, as_bool_mask, masked_sum, row_weights
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput, Reduction
 
@@ -58,9 +69,10 @@ forces a host-device synchronisation:
                               exp(mean_t r_t), over sequences with valid tokens
                               (the quantity of the GMPO paper's Figure 1; the same
                               definition for every loss so runs can be compared)
-    nonfinite_tokens valid tokens whose log ratio log_probs - old_log_probs is NaN or
-                     +-inf (a non-finite log-prob or old log-prob, -inf included); the loss
-                     is then non-finite (``prepared``'s rule)
+    nonfinite_tokens valid positions where any input (log-prob, old log-prob, advantage,
+                     reference log-prob, IS weight; a (B,) one at every valid position of
+                     its row) is NaN or +-inf, -inf included; the loss and its gradient are
+                     then non-finite (``prepared``'s rule)
 
 Non-finite values are reported as they are (a NaN log ratio makes ``ppo_kl``,
 ``log_ratio_min/max`` and ``seq_weight_*`` NaN; a token whose ratio is NaN counts as
@@ -79,7 +91,8 @@ class RowStats(NamedTuple):
     raw_max       max of r_t over valid tokens (-inf for an empty row)
     clipped_low   valid tokens whose clipped value was chosen on the low side
     clipped_high  the same on the high side
-    nonfinite     valid tokens whose r_t is NaN or +-inf
+    nonfinite     valid positions where any input is NaN or +-inf (``prepared``'s rule); None
+                  until ``finish`` counts it (a fused pass counts it itself)
     """
 
     count: torch.Tensor  # type: ignore[assignment]  # a public field: hides tuple.count on purpose
@@ -89,7 +102,7 @@ class RowStats(NamedTuple):
     raw_max: torch.Tensor
     clipped_low: torch.Tensor
     clipped_high: torch.Tensor
-    nonfinite: torch.Tensor
+    nonfinite: torch.Tensor | None = None
 
 
 ROW_STATS = len(RowStats._fields)
@@ -99,8 +112,9 @@ def eager_row_stats(
     log_ratio: torch.Tensor, mask: torch.Tensor, clipped_low: torch.Tensor, clipped_high: torch.Tensor
 ) -> RowStats:
     """``RowStats`` from (B, T) tensors: the log ratio (0 on padding, raw: not guarded, so
-    that a non-finite r_t is counted and reported as it is), the bool mask, and the bool
-    tokens whose clipped value was chosen (only valid ones are counted)."""
+    that a non-finite r_t is reported as it is), the bool mask, and the bool tokens whose
+    clipped value was chosen (only valid ones are counted); ``nonfinite`` is left to
+    ``finish``, which counts every input."""
     with torch.no_grad():
         r = log_ratio.detach()
         inf = torch.full((), torch.inf, dtype=r.dtype, device=r.device)
@@ -113,7 +127,6 @@ def eager_row_stats(
             raw_max=torch.where(mask, r, -inf).amax(-1),
             clipped_low=(clipped_low & mask).sum(-1).to(r.dtype),
             clipped_high=(clipped_high & mask).sum(-1).to(r.dtype),
-            nonfinite=(~torch.isfinite(r) & mask).sum(-1).to(r.dtype),
         )
 
 
@@ -125,8 +138,10 @@ def metric_vector(stats: RowStats) -> torch.Tensor:
     per-sequence geometric-mean ratio exp(clamp_or_nan(sum_raw_i / |o_i|, -20, 20)) over
     non-empty rows, and sum_i nonfinite_i. Non-finite values stay as they are; the extrema of
     a micro-batch without a valid token are 0, chosen by ``torch.where`` on n (no sync).
-    B >= 1 (an empty batch is ``empty_loss``'s).
+    B >= 1 (an empty batch is ``empty_loss``'s); ``stats.nonfinite`` counted (``finish``).
     """
+    if stats.nonfinite is None:
+        raise ValueError("stats.nonfinite: expected the per-row count of non-finite positions, got None")
     with torch.no_grad():
         sums = torch.stack(
             (stats.count, stats.rows, stats.sum_raw, stats.clipped_low, stats.clipped_high, stats.nonfinite)
@@ -178,6 +193,8 @@ def finish(
     stats: RowStats,
     batch: BatchInfo,
     *,
+    inputs: LossInputs,
+    covered: tuple[str, ...] = (),
     reduction: Reduction | str,
     norm_length: int | None = None,
     rho: torch.Tensor | None = None,
@@ -193,6 +210,11 @@ def finish(
     sums (``kl_rows``), ``metrics`` the ``metric_vector`` when the caller has it already,
     ``extra`` further metrics (e.g. ``clip_frac_dual``).
 
+    ``inputs`` the loss's inputs and ``covered`` the names of those whose non-finite values
+    the caller's pass has already handled (counted in ``stats.nonfinite`` and made a
+    non-finite loss and gradient): for any other input the non-finite rule is applied here
+    (module docstring), and ``stats.nonfinite`` recounted over all inputs.
+
     ``values``, ``rho`` and ``coef`` must be finite on rows without a valid token, whose
     weight u_i is 0 (0 * NaN would be NaN): the callers zero the per-row inputs there before
     anything is computed from them (``prepare``, ``sequence_rows``, ``sequence_is_weights``),
@@ -204,6 +226,10 @@ def finish(
     if coef is not None:
         weights = weights * coef
     policy_loss = torch.dot(values, weights)
+    if any(name not in covered for name in input_tensors(inputs)):
+        sentinel = nonfinite_sentinel(inputs, as_bool_mask(inputs.mask), values.dtype)
+        policy_loss = policy_loss + nonfinite_term(inputs.log_probs, sentinel)
+        stats, metrics = stats._replace(nonfinite=torch.isnan(sentinel).sum(-1).to(values.dtype)), None
     vector = metric_vector(stats) if metrics is None else metrics
     out = dict(zip(RATIO_METRIC_KEYS, vector.unbind(0), strict=True))
     out.update(extra or {})

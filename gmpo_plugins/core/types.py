@@ -16,8 +16,8 @@ Shapes (padded layout, B sequences, T response positions):
                                         tokens, read by the correction options (``core.correction``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
-gives a non-finite loss on every path, or a ValueError naming the input with value checks
-(``core.prepared``). Masked positions may hold anything.
+gives a non-finite loss and gradient on every path, or a ValueError naming the input with
+value checks (``core.prepared``). Masked positions may hold anything.
 """
 
 from __future__ import annotations
@@ -86,12 +86,13 @@ class LossOutput:
     term), ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ppo_kl`` (mean of
     ``old - new`` log-prob over valid tokens), ``log_ratio_min``, ``log_ratio_max``,
     ``seq_weight_min``, ``seq_weight_mean``, ``seq_weight_max``, ``nonfinite_tokens``
-    (valid tokens whose log ratio ``log_probs - old_log_probs`` is NaN or +-inf), and
+    (valid positions where any input is NaN or +-inf), and
     ``kl`` when a reference policy is given (``core.tail.RATIO_METRIC_KEYS``).
 
     Non-finite values are reported as they are, never replaced by a number: a NaN or +-inf
-    at a valid position of any input makes ``loss`` non-finite (``core.prepared``'s rule;
-    no exception for a -inf log-prob), and the metrics that depend on it NaN or +-inf.
+    at a valid position of any input makes ``loss`` and its gradient non-finite
+    (``core.prepared``'s rule; no exception for a -inf log-prob), and the metrics that
+    depend on it NaN or +-inf.
     """
 
     loss: torch.Tensor

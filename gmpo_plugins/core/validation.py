@@ -13,6 +13,7 @@ Framework adapters decide per call whether to ask for value checks
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -160,3 +161,64 @@ def validate_batch_info(batch: BatchInfo, *, values: bool = True) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"batch.{name}: expected a finite number > 0 or None, got {value!r}")
+
+
+NONFINITE_ENV = "GMPO_PLUGINS_NONFINITE"
+NONFINITE_MODES = ("propagate", "raise")
+"""Values of ``GMPO_PLUGINS_NONFINITE`` (unset or empty: ``propagate``):
+
+    propagate  a NaN or +-inf at a valid position of an input gives a non-finite loss and
+               gradient (``core.prepared``'s rule), which the trainer's own guard sees
+    raise      every registry call checks its inputs first (a synchronising read) and raises
+               a ValueError at the first such position, naming the input, row and column
+"""
+
+
+_NONFINITE_MODE: dict[str, bool] = {}
+"""The parsed ``GMPO_PLUGINS_NONFINITE`` once read (``nonfinite_raises``); tests clear it."""
+
+
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
+def nonfinite_raises() -> bool:
+    """True when ``GMPO_PLUGINS_NONFINITE=raise`` (``NONFINITE_MODES``; unset or empty:
+    ``propagate``), read once per process (``torch.compile`` keeps the result as a constant);
+    ValueError naming the variable for any other value."""
+    if "raise" not in _NONFINITE_MODE:
+        mode = os.environ.get(NONFINITE_ENV, "").strip().lower() or "propagate"
+        if mode not in NONFINITE_MODES:
+            raise ValueError(
+                f"{NONFINITE_ENV}: expected one of {list(NONFINITE_MODES)} (or unset), "
+                f"got {os.environ.get(NONFINITE_ENV)!r}"
+            )
+        _NONFINITE_MODE["raise"] = mode == "raise"
+    return _NONFINITE_MODE["raise"]
+
+
+def raise_at_first_nonfinite(inputs: LossInputs) -> None:
+    """ValueError at the first valid (mask true) position, row by row and column by column,
+    where an input is NaN or +-inf, naming that input (the first in ``LossInputs``' order
+    there), its row and its column (a (B,) input: the row's first valid column); nothing
+    when every valid position is finite. Reads the tensors: synchronises."""
+    log_probs = inputs.log_probs
+    if log_probs.numel() == 0:
+        return
+    mask = inputs.mask if inputs.mask.dtype == torch.bool else inputs.mask != 0
+    names, flags = [], []
+    for name, tensor in vars(inputs).items():
+        if not isinstance(tensor, torch.Tensor) or tensor is inputs.mask:
+            continue
+        bad = ~torch.isfinite(tensor.detach())
+        names.append(name)
+        flags.append((bad[:, None] if bad.dim() == 1 else bad) & mask)
+    stacked = torch.stack(flags)  # (inputs, B, T): each flag is (B, T) after the mask
+    positions = stacked.any(0).nonzero()
+    if positions.numel() == 0:
+        return
+    row, column = (int(i) for i in positions[0])
+    name = names[int(stacked[:, row, column].nonzero()[0, 0])]
+    value = vars(inputs)[name].detach()
+    found = float(value[row] if value.dim() == 1 else value[row, column])
+    raise ValueError(
+        f"{name}: {found} at row {row}, column {column}, a valid (mask=True) position "
+        f"({NONFINITE_ENV}=raise: every input must be finite where the mask is true)"
+    )

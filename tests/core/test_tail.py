@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from gmpo_plugins import BatchInfo, LossSpec, get_loss
+from gmpo_plugins import BatchInfo, LossInputs, LossSpec, get_loss
 from gmpo_plugins.bench.ops import count_ops
 from gmpo_plugins.core.clip import one_sided_clip
 from gmpo_plugins.core.kernels.sequence_rows import PassOptions, fused_sequence_rows
-from gmpo_plugins.core.prepared import clamp_or_nan, prepare
+from gmpo_plugins.core.prepared import clamp_or_nan, nonfinite_sentinel, prepare
 from gmpo_plugins.core.reduce import SEQUENCE, row_weights
 from gmpo_plugins.core.tail import RATIO_METRIC_KEYS, RowStats, eager_row_stats, metric_vector
 
@@ -113,13 +113,15 @@ def test_metric_vector_reports_non_finite_values_as_they_are():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_eager_row_stats_equal_the_fused_pass(dtype):
-    """The eager path's per-row statistics are the fused pass's (gmpo's token clip)."""
+    """The eager path's per-row statistics are the fused pass's (gmpo's token clip), the
+    non-finite count being the one the tail counts for the eager path (``nonfinite_sentinel``)."""
     inputs = random_batch(9, 13, seed=4, dtype=dtype, spread=0.6, empty_rows=(3,))
     eps, bound = 0.4, 20.0
     p = prepare(inputs, sequence_level=True)
     positive, negative = (p.advantages > 0)[:, None] & p.mask, (p.advantages < 0)[:, None] & p.mask
     _, low, high = one_sided_clip(clamp_or_nan(p.log_ratio, -bound, bound), positive, negative, eps, eps)
     eager = eager_row_stats(p.log_ratio, p.mask, low, high)
+    eager = eager._replace(nonfinite=torch.isnan(nonfinite_sentinel(inputs, p.mask, dtype)).sum(-1).to(dtype))
     _, fused, metrics, _ = fused_sequence_rows(
         inputs.log_probs,
         inputs.old_log_probs,
@@ -133,6 +135,28 @@ def test_eager_row_stats_equal_the_fused_pass(dtype):
         torch.testing.assert_close(getattr(fused, name), getattr(eager, name), msg=name)
     torch.testing.assert_close(metrics, metric_vector(eager))
     assert fused.clipped_low.sum() > 0 and fused.clipped_high.sum() > 0  # both sides exercised
+
+
+def test_the_fused_pass_counts_non_finite_inputs_as_the_tail_does():
+    """nonfinite per row from the fused pass (log-probs, old log-probs, (B,) advantages) equals
+    the tail's count over the same inputs: row 0 one NaN and one -inf log-prob (2), row 1 a
+    +inf old log-prob at a padded position (0: padding), row 2 a NaN advantage (its 4 valid
+    tokens), row 3 empty (0 whatever its advantage)."""
+    g = torch.Generator().manual_seed(1)
+    log_probs, old = -torch.rand(4, 5, generator=g), -torch.rand(4, 5, generator=g)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[1, 4] = mask[2, 4] = False
+    mask[3] = False
+    log_probs[0, 1], log_probs[0, 3], old[1, 4] = math.nan, -math.inf, math.inf
+    advantages = torch.tensor([1.0, -1.0, math.nan, math.inf])
+    inputs = LossInputs(log_probs, old, advantages, mask)
+    options = PassOptions(
+        low=0.4, high=0.4, bound=20.0, count_low=True, count_high=True, normalise=True, metrics=True, impl="torch"
+    )
+    _, stats, metrics, _ = fused_sequence_rows(log_probs, old, mask, advantages, options)
+    tail_count = torch.isnan(nonfinite_sentinel(inputs, mask, torch.float32)).sum(-1).float()
+    assert stats.nonfinite.tolist() == tail_count.tolist() == [2.0, 0.0, 4.0, 0.0]
+    assert metrics[RATIO_METRIC_KEYS.index("nonfinite_tokens")].item() == 6.0
 
 
 def test_loss_paths_are_declared_by_the_spec():

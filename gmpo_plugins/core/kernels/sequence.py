@@ -78,7 +78,22 @@ def _finish(
     kl = kl_rows(
         inputs, mask, dtype, kl_beta=kl_beta, kl_estimator=kl_estimator, kl_clamp=kl_clamp, loss_name=loss_name
     )
-    return finish(values, stats, batch, reduction=SEQUENCE, rho=rho, coef=coef, kl=kl, kl_beta=kl_beta, metrics=metrics)
+    # the pass reads log_probs, old_log_probs and (B,) advantages: it counts them and poisons its
+    # own backward (``sequence_rows``); (B, T) advantages it reads as row means, so the tail counts them
+    covered = ("log_probs", "old_log_probs") + (("advantages",) if inputs.advantages.dim() == 1 else ())
+    return finish(
+        values,
+        stats,
+        batch,
+        inputs=inputs,
+        covered=covered,
+        reduction=SEQUENCE,
+        rho=rho,
+        coef=coef,
+        kl=kl,
+        kl_beta=kl_beta,
+        metrics=metrics,
+    )
 
 
 def fused_geometric_mean_loss(

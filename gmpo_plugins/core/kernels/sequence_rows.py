@@ -8,7 +8,8 @@ built from the sign of A_i (``_bounds``):
     table    (8, B): the rows of ``tail.RowStats`` (count, rows, sum_raw, raw_min, raw_max,
              clipped_low, clipped_high, nonfinite); a token counts as clipped low / high
              where it is outside a bound that is the eps one (eps < R) on the side of its
-             advantage
+             advantage; nonfinite counts the valid tokens whose log ratio is NaN or +-inf,
+             and every valid token of a row whose advantage is (``prepared``'s rule)
     metrics  (10,): ``tail.metric_vector(table)``
     active   (B, T) bool: the tokens inside their bounds (saved for backward)
     adv      (B,): A_i, and 0 on a row without a valid token whatever it holds there (the
@@ -17,6 +18,11 @@ built from the sign of A_i (``_bounds``):
 Backward, ``gmpo_plugins::sequence_rows_backward``: with g_i = dLoss/dvalue_i,
 
     grad_log_probs_t = active_t * g_i / max(1, |o_i|)   (``normalise``)  or  active_t * g_i
+
+and then the non-finite rule of the inputs the pass reads (``prepared``): -0 is added to the
+first entry, or NaN when a row counted a non-finite input or a coefficient g_i is not finite
+(an inactive token gets exactly 0 whatever g_i is, so without it a NaN could vanish). One
+element: the rule costs the backward nothing of size (B, T).
 
 Both are ``torch.library.custom_op``s, so a forward+backward dispatches a fixed handful of
 operators whatever the shape (on CPU the operator runs the blocked loop inside), and
@@ -73,6 +79,7 @@ def _sequence_rows(
     sum_clipped, sum_raw, count, below, above, raw_min, raw_max, nonfinite = sums.unbind(0)
     zero = torch.zeros((), dtype=sums.dtype, device=sums.device)
     live = count > 0
+    nonfinite = torch.where(torch.isfinite(advantages), nonfinite, count)  # a bad A_i: its row's valid tokens
     stats = RowStats(
         count=count,
         rows=live.to(sums.dtype),
@@ -85,7 +92,7 @@ def _sequence_rows(
     )
     value = sum_clipped / count.clamp_min(1) if normalise else sum_clipped.clone()
     vector = metric_vector(stats) if metrics else count.new_empty((0,))
-    return value, torch.stack(stats), vector, active, torch.where(live, advantages, zero)
+    return value, torch.stack((*stats[:-1], nonfinite)), vector, active, torch.where(live, advantages, zero)
 
 
 sequence_rows = torch.library.custom_op("gmpo_plugins::sequence_rows", _sequence_rows, mutates_args=())
@@ -108,12 +115,21 @@ def _(
 
 
 def _sequence_rows_backward(
-    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, impl: str
+    active: torch.Tensor,
+    grad_value: torch.Tensor,
+    count: torch.Tensor,
+    nonfinite: torch.Tensor,
+    normalise: bool,
+    dtype: torch.dtype,
+    impl: str,
 ) -> torch.Tensor:
-    """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``)."""
+    """grad_log_probs (B, T) in ``dtype``: active_t * g_i (/ max(1, |o_i|) with ``normalise``),
+    then -0 or NaN added to its first entry (module docstring)."""
     backend = backend_named(impl)
     coef = grad_value / count.clamp_min(1) if normalise else grad_value
     grad: torch.Tensor = backend.backward(active, coef, dtype)
+    poison = torch.where(nonfinite.sum() > 0, torch.nan, (coef * 0).sum()).abs().neg()  # -0, or NaN
+    grad.view(-1)[:1].add_(poison.to(dtype))
     return grad
 
 
@@ -131,7 +147,13 @@ each runs: torch code, which ``bench`` can count op by op (a Triton launch stays
 
 @sequence_rows_backward.register_fake
 def _(
-    active: torch.Tensor, grad_value: torch.Tensor, count: torch.Tensor, normalise: bool, dtype: torch.dtype, *_: object
+    active: torch.Tensor,
+    grad_value: torch.Tensor,
+    count: torch.Tensor,
+    nonfinite: torch.Tensor,
+    normalise: bool,
+    dtype: torch.dtype,
+    *_: object,
 ) -> torch.Tensor:
     return torch.empty(active.shape, dtype=dtype, device=active.device)
 
@@ -179,7 +201,7 @@ class SequenceRows(torch.autograd.Function):
         active, table = ctx.saved_tensors
         options = ctx.options
         grad = torch.ops.gmpo_plugins.sequence_rows_backward(
-            active, grad_value, table[0], options.normalise, ctx.dtype, options.impl
+            active, grad_value, table[0], table[7], options.normalise, ctx.dtype, options.impl
         )
         return (grad, *nothing)
 

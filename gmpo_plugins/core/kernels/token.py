@@ -28,7 +28,9 @@ as clipped on neither side. Padding contributes 0 whatever it holds: the pass mu
 the 0/1 mask and drops the NaN that padding's inf or NaN makes, after counting the valid
 NaN, whose rows it makes NaN (float arithmetic only: a CPU kernel with a boolean operand
 costs many float ones). A valid token whose log ratio is NaN gets zero derivative, as on
-the eager path.
+the eager path; the non-finite rule's gradient (``prepared``) is the backward's: -0 added to
+the first entry of the gradient, or NaN when the pass counted a valid position where one of
+its inputs is NaN or +-inf (one element: nothing of size (B, T)).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def _exact_in(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _forward_block(k: _Block, clip: _Clip) -> None:
-    """Statistics ``k.out`` (11, rows) and derivative ``k.deriv`` (rows, T) of one block, in
+    """Statistics ``k.out`` (10, rows) and derivative ``k.deriv`` (rows, T) of one block, in
     about thirty elementwise ops and reductions on seven float temporaries (``k.work``,
     reused from block to block), comparisons writing float 0/1 (torch's CPU kernels with
     boolean operands are several times slower than the float ones):
@@ -120,10 +122,11 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
     block writes the row sums of [rho < 1 - eps_low] and of out, and the caller keeps the
     first where A < 0 and their difference where A > 0 (exact: integer sums). Min/max of r
     over valid tokens use r +- BIG * (1 - m) (BIG = finfo.max; +-inf for an empty row, set
-    by the caller). Non-finite counts per row: o[8] the valid +-inf r (NaN in
-    clamp_or_nan(r)), o[9] the valid NaN r, o[10] the valid tokens whose term pg is NaN (a
-    NaN advantage, IS weight or ratio); the row sum o[0] drops NaN (padding times inf is
-    NaN too) and the caller makes a row with o[9] + o[10] > 0 NaN.
+    by the caller). Non-finite counts per row: o[8] the valid tokens where an input the pass
+    reads (log-prob, old log-prob, advantage, IS weight) is NaN or +-inf, from
+    (r - r) + 0 * A + 0 * w, NaN exactly there (``prepared``'s rule), o[9] the valid NaN r;
+    the row sum o[0] drops NaN (padding times inf is NaN too) and the caller makes a row
+    with o[8] > 0 NaN.
     """
     o, a, big = k.out, k.a, torch.finfo(k.out.dtype).max
     valid, r, ratio, gate, banded, outside, pg = k.work
@@ -135,12 +138,15 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         torch.sub(k.log_probs, k.old, out=r)
     else:
         r.copy_(k.log_probs).sub_(k.old)
+    bad = torch.sub(r, r, out=pg).add_(a * 0)  # 0, NaN where an input the pass reads is not finite
+    if k.w is not None:
+        bad.add_(k.w * 0)
+    torch.sum(torch.ne(bad, bad, out=outside).mul_(valid), dim=-1, out=o[8])
     nan_r = torch.ne(r, r, out=banded).mul_(valid)  # valid tokens whose r is NaN: the next line zeroes it
     torch.sum(nan_r, dim=-1, out=o[9])
     r.mul_(valid).nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf)
     clamp_or_nan(r, -clip.bound, clip.bound, out=ratio)
     torch.eq(ratio, r, out=gate).sub_(nan_r)
-    torch.sum(torch.ne(ratio, ratio, out=pg), dim=-1, out=o[8])
     ratio.exp_()
     torch.clamp(ratio, clip.low, clip.high, out=banded)
     torch.ne(banded, ratio, out=outside).mul_(torch.eq(ratio, ratio, out=pg))
@@ -167,8 +173,7 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
         if k.deriv is not None:
             k.deriv.mul_(k.w)
         pg.mul_(k.w)
-    torch.sum(torch.ne(pg, pg, out=banded).mul_(valid), dim=-1, out=o[10])  # valid NaN terms: NaN A, w or ratio
-    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # drops padding's NaN (inf or NaN A, w); the caller restores o[10]
+    torch.nansum(pg.mul_(valid), dim=-1, out=o[0])  # drops padding's NaN (inf or NaN A, w); the caller restores o[8]
     torch.sum(r, dim=-1, out=o[1])
     torch.sum(valid, dim=-1, out=o[2])
     invalid = torch.sub(torch.ones((), dtype=valid.dtype, device=valid.device), valid, out=valid)
@@ -177,9 +182,9 @@ def _forward_block(k: _Block, clip: _Clip) -> None:
 
 
 class _TokenRowSums(torch.autograd.Function):
-    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (11, B): S, sum of
-    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, non-finite r, then
-    the pass's NaN counts (``_forward_block``) (per row)."""
+    """(log_probs, old, mask, advantages, weights, clip) -> S (B,), stats (10, B): S, sum of
+    r, valid tokens, low-clipped, high-clipped, min r, max r, dual-capped, valid tokens with a
+    non-finite input, valid NaN r (``_forward_block``) (per row)."""
 
     @staticmethod
     def forward(  # ctx: torch's per-call context, which carries the attributes set on it (Any)
@@ -195,7 +200,7 @@ class _TokenRowSums(torch.autograd.Function):
         batch, length = log_probs.shape
         dtype = compute_dtype(log_probs.dtype)
         device = log_probs.device
-        out = torch.empty((11, batch), dtype=dtype, device=device)
+        out = torch.empty((10, batch), dtype=dtype, device=device)
         if clip.dual is None:
             out[7].zero_()
         deriv = torch.empty((batch, length), dtype=dtype, device=device) if derivative else None
@@ -211,12 +216,12 @@ class _TokenRowSums(torch.autograd.Function):
         empty = out[2] == 0
         out[5].masked_fill_(empty, math.inf)
         out[6].masked_fill_(empty, -math.inf)
-        out[8].add_(out[9])  # non-finite r: +-inf and NaN
         nan_r = out[9] > 0  # a valid NaN r, zeroed in the pass: its row's sum, raw sum, min and max are NaN
-        out[0].masked_fill_(nan_r | (out[10] > 0), math.nan)
+        out[0].masked_fill_(out[8] > 0, math.nan)
         for row in (1, 5, 6):
             out[row].masked_fill_(nan_r, math.nan)
-        ctx.save_for_backward(deriv, mask)
+        poison = torch.where(out[8].sum() > 0, math.nan, -0.0)  # the backward's (module docstring)
+        ctx.save_for_backward(deriv, mask, poison)
         ctx.grad_dtype = log_probs.dtype
         ctx.mark_non_differentiable(out)
         ctx.set_materialize_grads(False)  # no zero gradient is made for the statistics
@@ -229,10 +234,11 @@ class _TokenRowSums(torch.autograd.Function):
     ) -> tuple[torch.Tensor | None, None, None, None, None, None, None]:
         """grad_t = g_i * d_t (rounded once to the input dtype) where m_t, and exactly +0
         elsewhere: written on the bits, bits(grad) = bits(g_i * d_t) * m_t (an integer
-        product with 0 or 1), which no inf or NaN in g_i or d_t can turn into NaN."""
+        product with 0 or 1), which no inf or NaN in g_i or d_t can turn into NaN; then the
+        pass's non-finite rule on the first entry (module docstring)."""
         if grad_sum is None:  # the row sums were not used (gradients are not materialised)
             return None, None, None, None, None, None, None
-        deriv, mask = ctx.saved_tensors
+        deriv, mask, poison = ctx.saved_tensors
         batch, length = deriv.shape
         grad = torch.empty((batch, length), dtype=ctx.grad_dtype, device=deriv.device)
         bits = grad.view(_SAME_WIDTH_INT[grad.dtype])
@@ -243,6 +249,7 @@ class _TokenRowSums(torch.autograd.Function):
             torch.mul(deriv[rows], grad_sum[rows, None], out=grad[rows])
             m = as_bool_mask(mask[rows])
             bits[rows].mul_(valid[: rows.stop - start].copy_(m.view(torch.uint8)))  # same-dtype product: faster
+        grad.view(-1)[:1].add_(poison.to(grad.dtype))
         return grad, None, None, None, None, None, None
 
 
@@ -296,6 +303,8 @@ def fused_clipped_ratio_loss(
         row_sums,
         row_stats,
         batch,
+        inputs=inputs,
+        covered=("log_probs", "old_log_probs", "advantages", "rollout_is_weights"),  # all the pass reads
         reduction=reduction,
         norm_length=norm_length,
         kl=kl,

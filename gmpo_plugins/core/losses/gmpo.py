@@ -150,6 +150,7 @@ def eager_geometric_mean_loss(
         torch.exp(s),
         eager_row_stats(p.log_ratio, mask, clipped_low, clipped_high),
         batch,
+        inputs=inputs,
         reduction=SEQUENCE,
         rho=sequence_is_weights(inputs.rollout_is_weights, mask, rollout_is_aggregation, p.log_ratio.dtype),
         coef=-p.advantages,

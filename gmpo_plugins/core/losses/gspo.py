@@ -79,6 +79,7 @@ def eager_gspo_loss(
         pg,
         eager_row_stats(p.log_ratio, p.mask, low[:, None] & p.mask, high[:, None] & p.mask),
         batch,
+        inputs=inputs,
         reduction=SEQUENCE,
         rho=sequence_is_weights(inputs.rollout_is_weights, p.mask, rollout_is_aggregation, dtype),
         kl=kl,

@@ -103,6 +103,7 @@ def eager_clipped_ratio_loss(
         masked_sum(pg, mask, dim=-1),
         eager_row_stats(p.log_ratio, mask, clipped_low, clipped_high),
         batch,
+        inputs=inputs,
         reduction=reduction,
         norm_length=norm_length,
         kl=kl,
