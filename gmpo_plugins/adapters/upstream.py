@@ -38,14 +38,14 @@ class TestedRange:
 
     def contains(self, version: str) -> bool:
         """Whether ``version`` is inside the range (release numbers compared)."""
-        return _release(self.lower) <= _release(version) < _release(self.upper)
+        return release_numbers(self.lower) <= release_numbers(version) < release_numbers(self.upper)
 
 
 TESTED = {
     "verl": TestedRange("verl", "0.9.1", "0.10"),
     "openrlhf": TestedRange("openrlhf", "0.11.2", "0.12"),
     "trl": TestedRange("trl", "1.16.0", "1.17"),
-    "skyrl": TestedRange("skyrl", "0.3.0", "0.4"),
+    "skyrl": TestedRange("skyrl", "0.3.0", "0.5"),
 }
 """Framework distribution -> the range its adapter is tested with."""
 
@@ -61,7 +61,8 @@ class UpstreamDriftError(RuntimeError):
 _warned: set[str] = set()
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_numbers(version: str) -> tuple[int, ...]:
+    """``version``'s release numbers, trailing zeros dropped: ``0.4.0rc1`` -> (0, 4)."""
     match = re.match(r"\d+(\.\d+)*", version.strip().lstrip("v"))
     if match is None:
         raise ValueError(f"gmpo_plugins: cannot read the version {version!r}")
