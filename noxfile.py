@@ -12,6 +12,8 @@
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
+    nox -s skyrl04    the SkyRL adapter against skyrl 0.4.0 (the same tests; installed in two steps, as
+                      it declares Python >= 3.12)
     nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)

@@ -12,7 +12,6 @@ from gmpo_plugins.adapters.skyrl.releases import installed
 
 from ..audit_cells import assert_cells_unchanged
 
-
 SESSIONS = {"0.3": ("skyrl", "skyrl"), "0.4": ("skyrl04", "skyrl-0.4")}
 """SkyRL release -> (the nox session that tests it, its cells docs/audit/<cells>.json)."""
 

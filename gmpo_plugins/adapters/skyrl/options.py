@@ -134,7 +134,7 @@ def skyrl_fields(release: SkyRLRelease) -> tuple[Field, ...]:
             f"{ALGORITHM}.cispo.cispo_eps_clip_low",
             low,
             _cispo_low(release),
-            when=f"not {low!r} and < 1, for a one-sided ratio cap (cispo)",
+            when="< 1" + (f" and not {low!r}" if low < 1 else "") + ", for a one-sided ratio cap (cispo)",
             applies=ratio_cap,
         ),
         Field(
