@@ -2,7 +2,9 @@
 
 ``TESTED`` holds, per framework distribution, the range the test suite runs against (the
 noxfile's pins) as ``>=lower,<upper``; ``pyproject.toml``'s extras use the same bounds
-(``tests/core/test_upstream.py`` reads both). Outside the range:
+(``tests/core/test_upstream.py`` reads both). ``RELEASES`` lists the releases inside it that the
+tests run, with their declared Python and transformers (the compatibility table,
+``compatibility``). Outside the range:
 
     version only    the adapter runs and gives one ``UntestedFrameworkWarning`` per process
                     naming the tested range (``warn_if_untested``)
@@ -48,6 +50,40 @@ TESTED = {
     "skyrl": TestedRange("skyrl", "0.3.0", "0.5"),
 }
 """Framework distribution -> the range its adapter is tested with."""
+
+TESTED_TORCH = "2.13.0"
+TESTED_PYTHON = "3.11"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One framework release the test suite runs, with what it declares (its wheel's metadata).
+
+    framework      the framework's name in the docs, ``distribution`` its package
+    version        the release the noxfile pins
+    end_to_end     whether the framework's own trainer runs end to end (an ``_e2e`` session),
+                   beside the call-site tests (adapter tests, parity, audit) every row has
+    python         the release's ``Requires-Python``
+    transformers   the release's ``transformers`` requirement ("" when it names none)
+    """
+
+    framework: str
+    distribution: str
+    version: str
+    end_to_end: bool
+    python: str
+    transformers: str
+
+
+TESTED_RELEASES = (
+    Release("verl", "verl", "0.9.1", True, ">=3.10,<3.13", ">=5.5.3,<5.11,!=5.6.0"),
+    Release("OpenRLHF", "openrlhf", "0.11.2", True, ">=3.10", "==5.15.0"),
+    Release("TRL", "trl", "1.16.0", True, ">=3.11", ">=4.56.2"),
+    Release("SkyRL", "skyrl", "0.3.0", True, ">=3.11", ">=5.6.1,<=5.8.0"),
+    Release("SkyRL", "skyrl", "0.4.0", False, ">=3.12,<3.15", ">=5.6.1,<=5.16.1"),
+)
+"""Every release the test suite runs (``compatibility`` renders them as the table of
+docs/install.md); each lies in its framework's ``TESTED`` range."""
 
 
 class UntestedFrameworkWarning(UserWarning):

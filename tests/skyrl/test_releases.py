@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gmpo_plugins import get_loss
+from gmpo_plugins.adapters.compatibility import Spec
 from gmpo_plugins.adapters.skyrl import SkyRLConfigError, options
 from gmpo_plugins.adapters.skyrl.options import resolution_from_config
 from gmpo_plugins.adapters.skyrl.releases import RELEASES, installed, release_for
@@ -125,3 +126,26 @@ def test_registry_cispo_matches_skyrls_own_where_the_band_is_expressible(registe
     assert below_one  # the batch reaches the lower side, so a clamp at 1 would show
     same = torch.allclose(ours, theirs, rtol=0, atol=1e-7) and torch.allclose(our_grad, their_grad, rtol=0, atol=1e-7)
     assert same is (low != 0.0), (float(ours), float(theirs))
+
+
+def test_the_compatibility_row_holds_what_the_installed_wheel_declares():
+    """``upstream.TESTED_RELEASES``' row for this skyrl: its Requires-Python and transformers
+    requirement as the wheel's metadata gives them."""
+    from gmpo_plugins.adapters.compatibility import row_for
+
+    row = row_for("skyrl", VERSION)
+    assert row is not None and row.version == VERSION
+    metadata = importlib.metadata.metadata("skyrl")
+    assert Spec.parse(metadata["Requires-Python"]) == Spec.parse(row.python)
+    (transformers,) = [req for req in metadata.get_all("Requires-Dist") if req.startswith("transformers")]
+    assert Spec.parse(transformers.removeprefix("transformers")) == Spec.parse(row.transformers)
+
+
+def test_doctor_prints_the_compatibility_row(registered, capsys):
+    from gmpo_plugins.cli import main
+
+    main(["doctor"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("  SkyRL     release:"))
+    assert row.startswith(f"  SkyRL     release: {VERSION}; tested: call site")
+    assert "; torch (tested): 2.13.0; extra: `[skyrl]` (skyrl>=0.3.0,<0.5);" in row
