@@ -62,6 +62,7 @@ the core).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -124,6 +125,7 @@ def _algorithm(field: str, default: Any, hparam: str, when: str = "") -> Field:
     return Field(hparam, f"{ALGORITHM}.{field}", default, attribute(field), when=when)
 
 
+@functools.cache
 def skyrl_fields(release: SkyRLRelease) -> tuple[Field, ...]:
     """The ``trainer.algorithm`` field -> registry hyper-parameter table with ``release``'s
     field defaults (``releases``; the rows are the same in every release)."""

@@ -19,6 +19,7 @@ installed trainer). What 0.4 renamed elsewhere (``Experience.action_mask`` ->
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from gmpo_plugins.adapters.upstream import installed_version, release_numbers
@@ -58,6 +59,7 @@ def release_for(version: str | None) -> SkyRLRelease:
     return at_or_below[-1] if at_or_below else RELEASES[0]
 
 
+@functools.cache
 def installed() -> SkyRLRelease:
-    """The row serving the installed SkyRL (``release_for``)."""
+    """The row serving the installed SkyRL (``release_for``; looked up once per process)."""
     return release_for(installed_version("skyrl"))
