@@ -130,6 +130,34 @@ def matrix(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], di
     return losses, frameworks, {(cell["loss"], cell["framework"]): cell for cell in cells}
 
 
+def release_changes(
+    losses: Sequence[str], frameworks: Sequence[str], by_key: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> list[str]:
+    """The page's section on the verdicts that changed between consecutive releases of a
+    framework with a column per release (``merge``); no lines when no framework has two."""
+    releases: dict[str, list[str]] = {}
+    for label in frameworks:
+        name, _, version = label.partition(" ")
+        if version:
+            releases.setdefault(name, []).append(label)
+    lines = []
+    for labels in releases.values():
+        for before, after in zip(labels, labels[1:], strict=False):  # consecutive releases
+            changed = [
+                f"- {loss}: {short(by_key[(loss, before)])} -> {short(by_key[(loss, after)])}"
+                for loss in losses
+                if (loss, before) in by_key
+                and (loss, after) in by_key
+                and short(by_key[(loss, before)]) != short(by_key[(loss, after)])
+            ]
+            lines += [
+                "",
+                f"{before} -> {after}: " + ("the verdicts that changed:" if changed else "no verdict changed."),
+            ]
+            lines += [""] * bool(changed) + changed
+    return ["", "## Between releases", *lines] if lines else []
+
+
 def markdown(merged: Mapping[str, Any]) -> str:
     """The docs page (docs/audit.md) of a merged document."""
     losses, frameworks, by_key = matrix(merged["cells"])
@@ -145,7 +173,8 @@ def markdown(merged: Mapping[str, Any]) -> str:
         *sorted(set(merged["commands"])),
         "```",
         "",
-        "and writes its cells to `docs/audit/<session>.json`; this page is built from them by",
+        "and writes its cells to the file it names; this page is built from them (a framework tested at two releases",
+        "gets a column per release) by",
         "",
         "```",
         MERGE_COMMAND,
@@ -164,6 +193,7 @@ def markdown(merged: Mapping[str, Any]) -> str:
     for loss in losses:
         row = [short(by_key[(loss, name)]) if (loss, name) in by_key else "-" for name in frameworks]
         lines.append(f"| {loss} | " + " | ".join(row) + " |")
+    lines += release_changes(losses, frameworks, by_key)
     lines += [
         "",
         "## Cells that are not identical",

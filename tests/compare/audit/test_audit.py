@@ -60,6 +60,7 @@ def test_merge_and_markdown(fake, tmp_path):
     second.write_text(json.dumps(document | {"cells": [cells[1].as_dict()]}))
     page = report.markdown(report.merge([first, second]))
     assert "| grpo | identical |" in page and "| dapo | split-dependent x4.00 |" in page
+    assert "## Between releases" not in page  # one release of the framework
     assert "gmpo-plugins audit --json a.json" in page
     with pytest.raises(ValueError, match="grpo / fake"):
         report.merge([first, first])
@@ -67,7 +68,8 @@ def test_merge_and_markdown(fake, tmp_path):
 
 def test_two_releases_of_a_framework_get_a_column_each(fake, tmp_path):
     """skyrl.json (0.3.0) and skyrl-0.4.json (0.4.0) hold the same (loss, framework) cells: the
-    page shows one column per release, oldest first, after the frameworks listed before."""
+    page shows one column per release, oldest first, after the frameworks listed before, and
+    the verdicts that changed between them."""
     cell = audit_cell(fake, "grpo").as_dict() | {"framework": "skyrl"}
     paths = []
     for version, verdict in (("0.4.0", "identical"), ("0.3.0", "differs")):
@@ -85,6 +87,10 @@ def test_two_releases_of_a_framework_get_a_column_each(fake, tmp_path):
     page = report.markdown(merged)
     assert "| loss | verl | skyrl 0.3.0 | skyrl 0.4.0 |" in page
     assert "| grpo | identical | differs | identical |" in page
+    assert (
+        "## Between releases\n\nskyrl 0.3.0 -> skyrl 0.4.0: the verdicts that changed:\n\n"
+        "- grpo: differs -> identical\n" in page
+    )
 
 
 def test_batch_dependent_loss_is_compared_with_the_registry_on_the_same_micro_batches(fake, monkeypatch):
