@@ -2,7 +2,7 @@
 
 ``TESTED`` holds, per framework distribution, the range the test suite runs against (the
 noxfile's pins) as ``>=lower,<upper``; ``pyproject.toml``'s extras use the same bounds
-(``tests/core/test_upstream.py`` reads both). ``RELEASES`` lists the releases inside it that the
+(``tests/core/test_upstream.py`` reads both). ``TESTED_RELEASES`` lists the releases inside it that the
 tests run, with their declared Python and transformers (the compatibility table,
 ``compatibility``). Outside the range:
 
