@@ -12,6 +12,8 @@
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
+    nox -s skyrl04    the SkyRL adapter against skyrl 0.4.0 (the same tests; installed in two steps, as
+                      it declares Python >= 3.12)
     nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
@@ -356,6 +358,64 @@ def skyrl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "doctor", env=env)
     session.run("gmpo-plugins", "parity", env=env)
     session.run("gmpo-plugins", "audit", "--json", "docs/audit/skyrl.json", env=env)
+
+
+# skyrl 0.4.0 declares Requires-Python >= 3.12, and its code runs on Python 3.11 (with the
+# shims of the skyrl session): it is installed in two steps. First its requirements by hand: its
+# base requirements and, from its skyrl-train extra, what the policy-loss path and the trainer
+# import (ray, hydra-core, skyrl-gym, orjson and pybase64 for its inference client), not that
+# extra itself (flash-attn, vllm-router, nixl serve GPU training and rollout). Then skyrl 0.4.0
+# alone: `--ignore-requires-python` on that one package only (on the whole install, pip would
+# build numpy from source).
+SKYRL04 = "skyrl==0.4.0"
+SKYRL04_REQUIREMENTS = (
+    "datasets>=4.0.0",
+    "pillow>=11.3.0",
+    "rich>=14.1.0",
+    "safetensors>=0.6.2",
+    "tokenizers>=0.23.1",
+    "transformers>=5.6.1,<=5.16.1",
+    "typer>=0.17.4",
+    "peft==0.18.1",
+    "hf_transfer",
+    "cloudpathlib>=0.23.0",
+    "zstandard>=0.23.0",
+    "xxhash>=3.0.0",
+    "skyrl-gym==0.4.0",
+    "ray==2.57.0",
+    "hydra-core==1.3.4",
+    "orjson>=3.11.9",
+    "pybase64>=1.4.2",
+    "omegaconf",
+    "loguru",
+    "jaxtyping",
+    "pydantic",
+    "fsspec",
+    "cloudpickle",
+)
+
+
+@session
+def skyrl04(session: nox.Session) -> None:
+    """SkyRL adapter against skyrl 0.4.0 on CPU, the tests of the skyrl session (the adapter reads
+    0.4's field names and defaults from its release table); then `gmpo-plugins parity` and
+    `gmpo-plugins audit` (cells to docs/audit/skyrl-0.4.json).
+
+    skyrl 0.4.0 declares Python >= 3.12: installed in two steps (SKYRL04_REQUIREMENTS, then
+    `pip install --no-deps --ignore-requires-python skyrl==0.4.0`); tests/skyrl/shims as in the
+    skyrl session.
+    """
+    session.install(TORCH)
+    constraints = torch_constraint(session)
+    session.install("-c", constraints, *SKYRL04_REQUIREMENTS, *SKYRL_TRAINER_REQUIREMENTS)
+    session.install("--no-deps", "--ignore-requires-python", SKYRL04)
+    session.install("-c", constraints, "-e", ".[test]")
+    shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
+    env = {"PYTHONPATH": shims}
+    session.run("pytest", "tests/skyrl", *session.posargs, env=env)
+    session.run("gmpo-plugins", "doctor", env=env)
+    session.run("gmpo-plugins", "parity", env=env)
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/skyrl-0.4.json", env=env)
 
 
 @session(requires=["skyrl"])

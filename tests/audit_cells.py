@@ -18,7 +18,7 @@ from gmpo_plugins.compare.audit.verdict import audit_cell
 ROOT = Path(__file__).resolve().parent.parent
 REGENERATE = (
     "if the change is upstream's (a fix or a regression) and intended, regenerate the cells with "
-    "`python3 -m nox -r -s {session}` (it writes docs/audit/{session}.json), rebuild the page with "
+    "`python3 -m nox -r -s {session}` (it writes docs/audit/{cells}.json), rebuild the page with "
     "`gmpo-plugins audit --merge docs/audit/*.json --markdown docs/audit.md`, and commit both"
 )
 NEW_LOSSES = (
@@ -55,14 +55,16 @@ def changed_cells(committed: dict) -> list[str]:
     return changes
 
 
-def assert_cells_unchanged(session: str) -> None:
-    """AssertionError listing every changed cell and how to regenerate them."""
-    changes = changed_cells(json.loads((ROOT / "docs" / "audit" / f"{session}.json").read_text()))
+def assert_cells_unchanged(session: str, cells: str | None = None) -> None:
+    """AssertionError listing every changed cell and how to regenerate them; ``cells`` names the
+    file docs/audit/<cells>.json the nox ``session`` writes (default: the session's name)."""
+    cells = session if cells is None else cells
+    changes = changed_cells(json.loads((ROOT / "docs" / "audit" / f"{cells}.json").read_text()))
     assert not changes, (
         "the audit verdicts changed:\n"
         + "\n".join(changes)
         + "\n"
         + NEW_LOSSES
         + ";\n"
-        + REGENERATE.format(session=session)
+        + REGENERATE.format(session=session, cells=cells)
     )

@@ -2,7 +2,9 @@
 
 ``TESTED`` holds, per framework distribution, the range the test suite runs against (the
 noxfile's pins) as ``>=lower,<upper``; ``pyproject.toml``'s extras use the same bounds
-(``tests/core/test_upstream.py`` reads both). Outside the range:
+(``tests/core/test_upstream.py`` reads both). ``TESTED_RELEASES`` lists the releases inside it that the
+tests run, with their declared Python and transformers (the compatibility table,
+``compatibility``). Outside the range:
 
     version only    the adapter runs and gives one ``UntestedFrameworkWarning`` per process
                     naming the tested range (``warn_if_untested``)
@@ -38,16 +40,50 @@ class TestedRange:
 
     def contains(self, version: str) -> bool:
         """Whether ``version`` is inside the range (release numbers compared)."""
-        return _release(self.lower) <= _release(version) < _release(self.upper)
+        return release_numbers(self.lower) <= release_numbers(version) < release_numbers(self.upper)
 
 
 TESTED = {
     "verl": TestedRange("verl", "0.9.1", "0.10"),
     "openrlhf": TestedRange("openrlhf", "0.11.2", "0.12"),
     "trl": TestedRange("trl", "1.16.0", "1.17"),
-    "skyrl": TestedRange("skyrl", "0.3.0", "0.4"),
+    "skyrl": TestedRange("skyrl", "0.3.0", "0.5"),
 }
 """Framework distribution -> the range its adapter is tested with."""
+
+TESTED_TORCH = "2.13.0"
+TESTED_PYTHON = "3.11"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One framework release the test suite runs, with what it declares (its wheel's metadata).
+
+    framework      the framework's name in the docs, ``distribution`` its package
+    version        the release the noxfile pins
+    end_to_end     whether the framework's own trainer runs end to end (an ``_e2e`` session),
+                   beside the call-site tests (adapter tests, parity, audit) every row has
+    python         the release's ``Requires-Python``
+    transformers   the release's ``transformers`` requirement ("" when it names none)
+    """
+
+    framework: str
+    distribution: str
+    version: str
+    end_to_end: bool
+    python: str
+    transformers: str
+
+
+TESTED_RELEASES = (
+    Release("verl", "verl", "0.9.1", True, ">=3.10,<3.13", ">=5.5.3,<5.11,!=5.6.0"),
+    Release("OpenRLHF", "openrlhf", "0.11.2", True, ">=3.10", "==5.15.0"),
+    Release("TRL", "trl", "1.16.0", True, ">=3.11", ">=4.56.2"),
+    Release("SkyRL", "skyrl", "0.3.0", True, ">=3.11", ">=5.6.1,<=5.8.0"),
+    Release("SkyRL", "skyrl", "0.4.0", False, ">=3.12,<3.15", ">=5.6.1,<=5.16.1"),
+)
+"""Every release the test suite runs (``compatibility`` renders them as the table of
+docs/install.md); each lies in its framework's ``TESTED`` range."""
 
 
 class UntestedFrameworkWarning(UserWarning):
@@ -61,7 +97,8 @@ class UpstreamDriftError(RuntimeError):
 _warned: set[str] = set()
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_numbers(version: str) -> tuple[int, ...]:
+    """``version``'s release numbers, trailing zeros dropped: ``0.4.0rc1`` -> (0, 4)."""
     match = re.match(r"\d+(\.\d+)*", version.strip().lstrip("v"))
     if match is None:
         raise ValueError(f"gmpo_plugins: cannot read the version {version!r}")

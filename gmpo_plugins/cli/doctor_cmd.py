@@ -1,7 +1,8 @@
 """``gmpo-plugins doctor``: is this environment ready to train with the registry losses?
 
 Reports the versions (python, torch, CUDA, triton, each framework, with the range its adapter
-is tested with and whether the installed one is inside it), whether each installed
+is tested with and whether the installed one is inside it), the row of the compatibility
+table that applies to each installed framework (``adapters.compatibility``), whether each installed
 framework sees the losses through its own mechanism (``adapters.visibility``), which
 backend ``impl="auto"`` uses per device and dtype, and a numeric self-check of every loss
 and impl against its eager oracle (``bench.selfcheck``). Exit status 0 when every check
@@ -19,6 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gmpo_plugins import __version__
+from gmpo_plugins.adapters.compatibility import columns, row_for
 from gmpo_plugins.adapters.visibility import framework_checks
 from gmpo_plugins.bench.selfcheck import environment, impl_choices, numeric_checks
 from gmpo_plugins.cli.doctor_hparams import FRAMEWORKS, as_dict, resolve_settings
@@ -48,6 +50,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def report() -> dict[str, Any]:
     """Every check of the module docstring; ``ok`` is False when any failed."""
     frameworks = [asdict(check) for check in framework_checks()]
+    for check in frameworks:
+        row = None if check["version"] is None else row_for(check["distribution"], check["version"])
+        check["compatibility"] = None if row is None else columns(row)
     numeric = [asdict(check) for check in numeric_checks()]
     ok = all(check["ok"] is not False for check in frameworks) and all(check["ok"] for check in numeric)
     return {
@@ -81,6 +86,15 @@ def _print_text(result: dict[str, Any]) -> None:
     print("frameworks (each through its own mechanism):")
     for check in result["frameworks"]:
         print(f"  [{_mark(check['ok'])}] {check['framework']:<9} {_version(check):<44} {check['detail']}")
+    installed = [check for check in result["frameworks"] if check["version"] is not None]
+    if installed:
+        print("compatibility table (docs/install.md), the row that applies:")
+    for check in installed:
+        cells = check["compatibility"] or {"release": "none of the tested releases applies"}
+        print(
+            f"  {check['framework']:<9} "
+            + "; ".join(f"{title}: {text}" for title, text in cells.items() if title != "framework")
+        )
     print('impl="auto" uses:')
     for device, row in result["impl_auto"].items():
         print(f"  {device:<5} " + ", ".join(f"{dtype}: {backend}" for dtype, backend in row.items()))

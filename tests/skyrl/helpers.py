@@ -106,8 +106,11 @@ def core_hparams(loss_name: str, config) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if "eps_low" in spec.defaults and spec.defaults["eps_low"] is None:  # cispo: SkyRL's own offsets
         params["eps_high"] = config.cispo.cispo_eps_clip_high
-        if config.cispo.cispo_eps_clip_low != 0.0:
-            params["eps_low"] = config.cispo.cispo_eps_clip_low
+        low = config.cispo.cispo_eps_clip_low
+        # no lower clip at SkyRL's default low (0.3's 0.0 by the adapter's convention; 0.4's 1.0,
+        # a bound at 0) and at any low >= 1 (a bound <= 0, which no ratio reaches)
+        if low != type(config)().cispo.cispo_eps_clip_low and low < 1.0:
+            params["eps_low"] = low
     elif "eps_low" in spec.defaults:
         params.update(eps_low=config.eps_clip_low, eps_high=config.eps_clip_high)
     if "tau_pos" in spec.defaults:

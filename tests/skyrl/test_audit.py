@@ -1,5 +1,5 @@
 """``gmpo-plugins audit`` in the skyrl environment: the live verdicts of SkyRL's own losses
-against docs/audit/skyrl.json."""
+against the committed cells of the installed release."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import math
 import pytest
 import torch
 
+from gmpo_plugins.adapters.skyrl.releases import installed
+
 from ..audit_cells import assert_cells_unchanged
+
+SESSIONS = {"0.3": ("skyrl", "skyrl"), "0.4": ("skyrl04", "skyrl-0.4")}
+"""SkyRL release -> (the nox session that tests it, its cells docs/audit/<cells>.json)."""
 
 
 def test_verdicts_match_committed_cells():
-    assert_cells_unchanged("skyrl")
+    assert_cells_unchanged(*SESSIONS[installed().minor])
 
 
 def test_section_settings_reach_skyrls_nested_configs():

@@ -17,7 +17,8 @@ from gmpo_plugins.adapters import hparam_sources
 from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning
 from gmpo_plugins.adapters.skyrl import SkyRLConfigError
 from gmpo_plugins.adapters.skyrl.entrypoint import check_config, forward_loss_hparams
-from gmpo_plugins.adapters.skyrl.options import ALGORITHM, SKYRL_FIELDS
+from gmpo_plugins.adapters.skyrl.options import ALGORITHM, skyrl_fields
+from gmpo_plugins.adapters.skyrl.releases import installed
 
 SKYRL_GMPO_LINE = (
     "gmpo_plugins: SkyRL policy_loss_type=gmpo -> gmpo: eps_low=0.2 (framework default "
@@ -40,8 +41,9 @@ def config(*overrides: str) -> SkyRLTrainConfig:
 
 
 def test_field_table_defaults_are_skyrls():
+    """The installed release's row of ``releases`` gives its field table SkyRL's defaults."""
     defaults = AlgorithmConfig()
-    for row in SKYRL_FIELDS:
+    for row in skyrl_fields(installed()):
         value = defaults
         for part in row.name.removeprefix(f"{ALGORITHM}.").split("."):  # nested: sapo.tau_pos
             value = getattr(value, part)

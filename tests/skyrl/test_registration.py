@@ -103,13 +103,13 @@ def test_entry_point_refuses_a_bad_configuration_before_skyrl_starts(monkeypatch
     assert line.startswith("python -m gmpo_plugins.adapters.skyrl: invalid configuration: ") and named in line, line
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="skyrl 0.3 imports on Python >= 3.12")
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="skyrl imports on Python >= 3.12")
 def test_skyrl_that_cannot_be_imported_is_an_import_error_saying_why():
-    """Without the test shim, skyrl 0.3 fails to import on Python 3.11 with a pydantic error;
+    """Without the test shim, skyrl (0.3 and 0.4) fails to import on Python 3.11 with a pydantic error;
     register_losses turns it into an ImportError (which parity reports as a skipped target)."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     code = "from gmpo_plugins.adapters.skyrl import register_losses; register_losses()"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode != 0
     assert "ImportError: gmpo_plugins: SkyRL cannot be imported (PydanticUserError" in result.stderr
-    assert "skyrl 0.3 imports only on Python >= 3.12" in result.stderr
+    assert "skyrl 0.3 and 0.4 import only on Python >= 3.12" in result.stderr

@@ -2,8 +2,8 @@
 ``BatchInfo`` (no SkyRL import).
 
 SkyRL calls a policy loss with its ``AlgorithmConfig`` (``config``). Translation
-(``SKYRL_FIELDS``, ``hparam_sources``), for each loss that declares the hyper-parameter in
-its spec (``spec.defaults``):
+(``skyrl_fields`` with the installed release's defaults, ``releases``; ``hparam_sources``),
+for each loss that declares the hyper-parameter in its spec (``spec.defaults``):
 
     eps_low     <- trainer.algorithm.eps_clip_low    log space for clip_space "log" (gmpo
     eps_high    <- trainer.algorithm.eps_clip_high   family: ratio kept in (e^-eps_low,
@@ -15,7 +15,10 @@ its spec (``spec.defaults``):
     norm_length <- trainer.algorithm.max_seq_len     (seq_mean_token_sum_norm only)
     eps_low, eps_high <- trainer.algorithm.cispo.cispo_eps_clip_low/_high for a one-sided
                    ratio cap (cispo; ``hparam_sources.ratio_cap``), the same offsets from 1;
-                   SkyRL's default low 0.0 (a clamp at 1) reads as the registry's no lower clip
+                   the release's default low (0.3: 0.0, a clamp at 1; 0.4: 1.0, a clamp at
+                   0) and any low >= 1 read as the registry's no lower clip
+    (refused)   <- trainer.algorithm.cispo.cispo_anchor (0.4) other than "old": the registry
+                   takes the ratio against the old log-probs, never the rollout policy's
     tau_pos, tau_neg           <- sapo.tau_pos, sapo.tau_neg
     delta_low, delta_high      <- dppo.delta_low, dppo.delta_high  (dppo_tv and dppo_kl)
     clip_cov_ratio, clip_cov_lb, clip_cov_ub <- clip_cov.clip_ratio, .clip_cov_lb, .clip_cov_ub
@@ -59,6 +62,7 @@ the core).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -73,6 +77,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
+from gmpo_plugins.adapters.skyrl.releases import RELEASES, SkyRLRelease, installed
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
@@ -99,11 +104,18 @@ def _max_seq_len(config: Any) -> Any:
     return getattr(config, "max_seq_len", None) if getattr(config, "loss_reduction", None) == SUM_NORM else ABSENT
 
 
-def _cispo_low(config: Any) -> Any:
-    """cispo.cispo_eps_clip_low, ABSENT at 0.0 (SkyRL's default, which clamps the ratio below
-    at 1 - 0 = 1: the registry's eps_low must be > 0, and its cispo default has no lower clip)."""
-    value = attribute("cispo.cispo_eps_clip_low")(config)
-    return ABSENT if value == 0.0 else value
+def _cispo_low(release: SkyRLRelease) -> Any:
+    """A reader of cispo.cispo_eps_clip_low: ABSENT (the registry cispo's no lower clip) at the
+    release's default (0.3's 0.0 clamps below at 1 in SkyRL's own cispo, 0.4's 1.0 at 0) and
+    at any value >= 1 (a lower bound 1 - value <= 0 never binds: the ratio is positive)."""
+    read = attribute("cispo.cispo_eps_clip_low")
+
+    def cispo_low(config: Any) -> Any:
+        value = read(config)
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ABSENT if value == release.cispo_eps_clip_low or (is_number and value >= 1.0) else value
+
+    return cispo_low
 
 
 _NOT_CAP = "always; not for a one-sided ratio cap (cispo)"
@@ -113,61 +125,73 @@ def _algorithm(field: str, default: Any, hparam: str, when: str = "") -> Field:
     return Field(hparam, f"{ALGORITHM}.{field}", default, attribute(field), when=when)
 
 
-SKYRL_FIELDS = (  # trainer.algorithm field -> registry hyper-parameter (SkyRL 0.3 defaults)
-    Field(
-        "eps_low",
-        f"{ALGORITHM}.cispo.cispo_eps_clip_low",
-        0.0,
-        _cispo_low,
-        when="not 0.0, for a one-sided ratio cap (cispo)",
-        applies=ratio_cap,
-    ),
-    Field(
-        "eps_high",
-        f"{ALGORITHM}.cispo.cispo_eps_clip_high",
-        5.0,
-        attribute("cispo.cispo_eps_clip_high"),
-        when="for a one-sided ratio cap (cispo)",
-        applies=ratio_cap,
-    ),
-    Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided),
-    Field("eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided),
-    _algorithm("sapo.tau_pos", 1.0, "tau_pos"),
-    _algorithm("sapo.tau_neg", 1.05, "tau_neg"),
-    _algorithm("dppo.delta_low", 0.2, "delta_low"),
-    _algorithm("dppo.delta_high", 0.2, "delta_high"),
-    _algorithm("clip_cov.clip_ratio", 2e-4, "clip_cov_ratio"),
-    _algorithm("clip_cov.clip_cov_lb", 1.0, "clip_cov_lb"),
-    _algorithm("clip_cov.clip_cov_ub", 5.0, "clip_cov_ub"),
-    _algorithm("kl_cov.kl_cov_frac", 0.2, "kl_cov_ratio", when="always (a fraction, as the registry's)"),
-    _algorithm("kl_cov.ppo_kl_coef", 1.0, "ppo_kl_coef"),
-    Field(
-        "reduction",
-        f"{ALGORITHM}.loss_reduction",
-        TOKEN,
-        attribute("loss_reduction"),
-        convert=SUM_CORE_REDUCTION.__getitem__,
-        overridable=False,
-        when="for a loss whose per-sequence reduction is a token sum (luspo): sequence_mean -> seq-mean-token-sum",
-        applies=sums_sequences,
-    ),
-    Field(
-        "reduction",
-        f"{ALGORITHM}.loss_reduction",
-        TOKEN,
-        attribute("loss_reduction"),
-        convert=CORE_REDUCTION.__getitem__,
-        overridable=False,
-    ),
-    Field(
-        "norm_length",
-        f"{ALGORITHM}.max_seq_len",
-        None,
-        _max_seq_len,
-        overridable=False,
-        when="loss_reduction=seq_mean_token_sum_norm",
-    ),
-)
+@functools.cache
+def skyrl_fields(release: SkyRLRelease) -> tuple[Field, ...]:
+    """The ``trainer.algorithm`` field -> registry hyper-parameter table with ``release``'s
+    field defaults (``releases``; the rows are the same in every release)."""
+    low = release.cispo_eps_clip_low
+    return (
+        Field(
+            "eps_low",
+            f"{ALGORITHM}.cispo.cispo_eps_clip_low",
+            low,
+            _cispo_low(release),
+            when="< 1" + (f" and not {low!r}" if low < 1 else "") + ", for a one-sided ratio cap (cispo)",
+            applies=ratio_cap,
+        ),
+        Field(
+            "eps_high",
+            f"{ALGORITHM}.cispo.cispo_eps_clip_high",
+            release.cispo_eps_clip_high,
+            attribute("cispo.cispo_eps_clip_high"),
+            when="for a one-sided ratio cap (cispo)",
+            applies=ratio_cap,
+        ),
+        Field("eps_low", f"{ALGORITHM}.eps_clip_low", 0.2, attribute("eps_clip_low"), when=_NOT_CAP, applies=two_sided),
+        Field(
+            "eps_high", f"{ALGORITHM}.eps_clip_high", 0.2, attribute("eps_clip_high"), when=_NOT_CAP, applies=two_sided
+        ),
+        _algorithm("sapo.tau_pos", 1.0, "tau_pos"),
+        _algorithm("sapo.tau_neg", 1.05, "tau_neg"),
+        _algorithm("dppo.delta_low", 0.2, "delta_low"),
+        _algorithm("dppo.delta_high", 0.2, "delta_high"),
+        _algorithm("clip_cov.clip_ratio", 2e-4, "clip_cov_ratio"),
+        _algorithm("clip_cov.clip_cov_lb", 1.0, "clip_cov_lb"),
+        _algorithm("clip_cov.clip_cov_ub", 5.0, "clip_cov_ub"),
+        _algorithm("kl_cov.kl_cov_frac", 0.2, "kl_cov_ratio", when="always (a fraction, as the registry's)"),
+        _algorithm("kl_cov.ppo_kl_coef", 1.0, "ppo_kl_coef"),
+        Field(
+            "reduction",
+            f"{ALGORITHM}.loss_reduction",
+            TOKEN,
+            attribute("loss_reduction"),
+            convert=SUM_CORE_REDUCTION.__getitem__,
+            overridable=False,
+            when="for a loss whose per-sequence reduction is a token sum (luspo): sequence_mean -> seq-mean-token-sum",
+            applies=sums_sequences,
+        ),
+        Field(
+            "reduction",
+            f"{ALGORITHM}.loss_reduction",
+            TOKEN,
+            attribute("loss_reduction"),
+            convert=CORE_REDUCTION.__getitem__,
+            overridable=False,
+        ),
+        Field(
+            "norm_length",
+            f"{ALGORITHM}.max_seq_len",
+            None,
+            _max_seq_len,
+            overridable=False,
+            when="loss_reduction=seq_mean_token_sum_norm",
+        ),
+    )
+
+
+SKYRL_FIELDS = skyrl_fields(RELEASES[-1])
+"""The table with the current release's defaults, as the integration page shows it; a run reads
+the installed release's (``skyrl_fields(releases.installed())``)."""
 FIELDS = {row.hparam: row.name.removeprefix(f"{ALGORITHM}.") for row in SKYRL_FIELDS}
 
 
@@ -208,6 +232,26 @@ def _reduction(spec: LossSpec, config: Any, policy_loss_type: str) -> str:
     )
 
 
+ANCHOR = "cispo.cispo_anchor"
+ANCHOR_OLD = "old"
+
+
+def _cispo_anchor(config: Any, policy_loss_type: str) -> None:
+    """Refuse ``cispo.cispo_anchor`` (SkyRL 0.4) other than "old", the ratio against the old
+    log-probs that the registry's cispo takes; "rollout" anchors it at the rollout policy."""
+    value = attribute(ANCHOR)(config)
+    if value is ABSENT or value == ANCHOR_OLD:
+        return
+    field = _field(ANCHOR)
+    raise SkyRLConfigError(
+        f"gmpo_plugins: {field}={value!r} is not supported by policy_loss_type={policy_loss_type}: the registry's "
+        "losses take the ratio against the old log-probs, and anchoring it at the rollout policy "
+        f"(rollout_logprobs) is not available through them. Set {field}={ANCHOR_OLD!r} (rollout mismatch is "
+        f"then corrected by {_field('off_policy_correction')}.tis_ratio_type), or use SkyRL's own "
+        "policy_loss_type=cispo"
+    )
+
+
 def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> Resolution:
     """Every hyper-parameter of ``spec`` from SkyRL's ``AlgorithmConfig`` and the override, with
     its source (module docstring; ``hparam_sources``).
@@ -226,12 +270,14 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
             f"{spec.name} is not linear in the advantages (a term or threshold that does not scale with them), "
             "so the counts cannot be recovered; SkyRL ships its own version of it where it has one"
         )
+    if ratio_cap(spec):
+        _cispo_anchor(config, policy_loss_type)
     reduction = _reduction(spec, config, policy_loss_type)
     if reduction == SUM_NORM and "norm_length" in spec.defaults:
         max_seq_len(config, policy_loss_type)
     return resolve(
         spec,
-        SKYRL_FIELDS,
+        skyrl_fields(installed()),
         config,
         framework="SkyRL",
         selector=f"policy_loss_type={policy_loss_type}",

@@ -67,8 +67,8 @@ def skyrl_policy_loss_registry() -> Any:
         hint = ""
         if sys.version_info < (3, 12):
             hint = (
-                " skyrl 0.3 imports only on Python >= 3.12: its pydantic models use typing.TypedDict, which "
-                "pydantic rejects on older Pythons."
+                " skyrl 0.3 and 0.4 import only on Python >= 3.12: their pydantic models use typing.TypedDict, "
+                "which pydantic rejects on older Pythons."
             )
         raise ImportError(f"gmpo_plugins: SkyRL cannot be imported ({type(exc).__name__}: {exc}).{hint}") from exc
     return PolicyLossRegistry

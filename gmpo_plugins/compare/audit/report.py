@@ -49,15 +49,35 @@ def document(cells: Iterable[Cell], frameworks: Sequence[str], command: str = CO
     }
 
 
+def _release(name: str, versions: Mapping[str, str]) -> str:
+    """The framework's own version among ``versions`` (its caller's first distribution)."""
+    caller = FRAMEWORKS.get(name)
+    distribution = caller.distributions[0] if caller is not None and caller.distributions else name
+    return versions.get(distribution, "?")
+
+
 def merge(paths: Iterable[Path]) -> dict[str, Any]:
-    """One document from several; ValueError when two give the same (loss, framework) cell."""
+    """One document from several; ValueError when two give the same (loss, framework) cell.
+
+    A framework whose files hold more than one release of it (the skyrl session's 0.3 and the
+    skyrl04 session's 0.4) gets one column per release, ``<framework> <version>``.
+    """
+    documents = [(Path(path), json.loads(Path(path).read_text())) for path in paths]
+    releases: dict[str, set[str]] = {}
+    for _, data in documents:
+        for name, versions in data["frameworks"].items():
+            releases.setdefault(name, set()).add(_release(name, versions))
     merged: dict[str, Any] = {"commands": [], "frameworks": {}, "cells": []}
     seen: set[tuple[str, str]] = set()
-    for path in paths:
-        data = json.loads(Path(path).read_text())
+    for path, data in documents:
         merged["commands"].append(data["command"])
-        merged["frameworks"].update(data["frameworks"])
+        labels = {
+            name: f"{name} {_release(name, versions)}" if len(releases[name]) > 1 else name
+            for name, versions in data["frameworks"].items()
+        }
+        merged["frameworks"].update({labels[name]: versions for name, versions in data["frameworks"].items()})
         for cell in data["cells"]:
+            cell = {**cell, "framework": labels.get(cell["framework"], cell["framework"])}
             key = (cell["loss"], cell["framework"])
             if key in seen:
                 raise ValueError(f"{path}: the cell {key[0]} / {key[1]} is also in an earlier file")
@@ -94,12 +114,48 @@ def cause(cell: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _column_order(label: str) -> tuple[int, tuple[int, ...], str]:
+    """Table order of a column: the frameworks in ``FRAMEWORKS`` order, then the others; a
+    framework's releases (``skyrl 0.3.0``, ``skyrl 0.4.0``) oldest first."""
+    name, _, version = label.partition(" ")
+    index = list(FRAMEWORKS).index(name) if name in FRAMEWORKS else len(FRAMEWORKS)
+    numbers = tuple(int(part) for part in version.split(".") if part.isdigit())
+    return index, numbers, label
+
+
 def matrix(cells: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str], dict[tuple[str, str], Mapping[str, Any]]]:
-    """(losses, frameworks, {(loss, framework): cell}) in table order."""
-    present = {cell["framework"] for cell in cells}
-    frameworks = [name for name in FRAMEWORKS if name in present] + sorted(present - set(FRAMEWORKS))
+    """(losses, frameworks, {(loss, framework): cell}) in table order (``_column_order``)."""
+    frameworks = sorted({cell["framework"] for cell in cells}, key=_column_order)
     losses = sorted({cell["loss"] for cell in cells})
     return losses, frameworks, {(cell["loss"], cell["framework"]): cell for cell in cells}
+
+
+def release_changes(
+    losses: Sequence[str], frameworks: Sequence[str], by_key: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> list[str]:
+    """The page's section on the verdicts that changed between consecutive releases of a
+    framework with a column per release (``merge``); no lines when no framework has two."""
+    releases: dict[str, list[str]] = {}
+    for label in frameworks:
+        name, _, version = label.partition(" ")
+        if version:
+            releases.setdefault(name, []).append(label)
+    lines = []
+    for labels in releases.values():
+        for before, after in zip(labels, labels[1:], strict=False):  # consecutive releases
+            changed = [
+                f"- {loss}: {short(by_key[(loss, before)])} -> {short(by_key[(loss, after)])}"
+                for loss in losses
+                if (loss, before) in by_key
+                and (loss, after) in by_key
+                and short(by_key[(loss, before)]) != short(by_key[(loss, after)])
+            ]
+            lines += [
+                "",
+                f"{before} -> {after}: " + ("the verdicts that changed:" if changed else "no verdict changed."),
+            ]
+            lines += [""] * bool(changed) + changed
+    return ["", "## Between releases", *lines] if lines else []
 
 
 def markdown(merged: Mapping[str, Any]) -> str:
@@ -117,7 +173,8 @@ def markdown(merged: Mapping[str, Any]) -> str:
         *sorted(set(merged["commands"])),
         "```",
         "",
-        "and writes its cells to `docs/audit/<session>.json`; this page is built from them by",
+        "and writes its cells to the file it names; this page is built from them (a framework tested at two releases",
+        "gets a column per release) by",
         "",
         "```",
         MERGE_COMMAND,
@@ -136,6 +193,7 @@ def markdown(merged: Mapping[str, Any]) -> str:
     for loss in losses:
         row = [short(by_key[(loss, name)]) if (loss, name) in by_key else "-" for name in frameworks]
         lines.append(f"| {loss} | " + " | ".join(row) + " |")
+    lines += release_changes(losses, frameworks, by_key)
     lines += [
         "",
         "## Cells that are not identical",

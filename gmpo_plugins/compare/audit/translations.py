@@ -299,8 +299,8 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
                     "cispo_eps_clip_high": From("eps_high"),
                 },
             ),
-            note="SkyRL clips the weight to [1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high] (0 and 5 unless told "
-            "otherwise: a lower bound at 1); the registry's eps_low=None is cispo_eps_clip_low=1",
+            note="SkyRL clips the weight to [1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high] (by default 0 and 5 in "
+            "0.3: a lower bound at 1; 1 and 4 in 0.4: none); the registry's eps_low=None is cispo_eps_clip_low=1",
         ),
         "sapo": Reference(
             "sapo",

@@ -60,9 +60,37 @@ def test_merge_and_markdown(fake, tmp_path):
     second.write_text(json.dumps(document | {"cells": [cells[1].as_dict()]}))
     page = report.markdown(report.merge([first, second]))
     assert "| grpo | identical |" in page and "| dapo | split-dependent x4.00 |" in page
+    assert "## Between releases" not in page  # one release of the framework
     assert "gmpo-plugins audit --json a.json" in page
     with pytest.raises(ValueError, match="grpo / fake"):
         report.merge([first, first])
+
+
+def test_two_releases_of_a_framework_get_a_column_each(fake, tmp_path):
+    """skyrl.json (0.3.0) and skyrl-0.4.json (0.4.0) hold the same (loss, framework) cells: the
+    page shows one column per release, oldest first, after the frameworks listed before, and
+    the verdicts that changed between them."""
+    cell = audit_cell(fake, "grpo").as_dict() | {"framework": "skyrl"}
+    paths = []
+    for version, verdict in (("0.4.0", "identical"), ("0.3.0", "differs")):
+        path = tmp_path / f"skyrl-{version}.json"
+        versions = {"torch": "x", "skyrl": version}
+        command = f"gmpo-plugins audit --json {path.name}"
+        document = {"command": command, "frameworks": {"skyrl": versions}, "cells": [cell | {"verdict": verdict}]}
+        path.write_text(json.dumps(document))
+        paths.append(path)
+    verl = tmp_path / "verl.json"
+    cells = [cell | {"framework": "verl"}]
+    verl.write_text(json.dumps({"command": "c", "frameworks": {"verl": {"verl": "0.9.1"}}, "cells": cells}))
+    merged = report.merge([*paths, verl])
+    assert list(merged["frameworks"]) == ["skyrl 0.4.0", "skyrl 0.3.0", "verl"]
+    page = report.markdown(merged)
+    assert "| loss | verl | skyrl 0.3.0 | skyrl 0.4.0 |" in page
+    assert "| grpo | identical | differs | identical |" in page
+    assert (
+        "## Between releases\n\nskyrl 0.3.0 -> skyrl 0.4.0: the verdicts that changed:\n\n"
+        "- grpo: differs -> identical\n" in page
+    )
 
 
 def test_batch_dependent_loss_is_compared_with_the_registry_on_the_same_micro_batches(fake, monkeypatch):
