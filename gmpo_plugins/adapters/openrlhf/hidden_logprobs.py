@@ -23,15 +23,19 @@ passes the setting to the workers. Calls for the logits alone keep OpenRLHF's fo
 
 What the path cannot honour is refused, naming the flag (``check_args``, at parse time, and again
 in the forward): a non-zero ``--actor.entropy_coef`` (the entropy has no gradient here),
-``--ds.packing_samples`` and ``--ds.ring_attn_size`` > 1 (packed rows), ``--actor.aux_loss_coef``
-> 0 (the MoE router loss comes from the logits' forward), ``--ds.zero_stage 3`` (the lm_head
-weight is read directly, outside the module call that gathers it), a vision-language actor, and
-a head that is not a plain ``torch.nn.Linear`` or a model that scales or soft-caps its logits.
+packed samples (``--ds.packing_samples``, which OpenRLHF also turns on for ``--train.dynamic_batch_enable``
+and ``--ds.ring_attn_size`` > 1: refused at parse time, on the arguments as OpenRLHF normalised
+them), ``--actor.aux_loss_coef`` > 0 (the MoE router loss comes from the logits' forward), a
+vision-language actor, and a head that is not a plain ``torch.nn.Linear`` or a model that
+scales or soft-caps its logits.
+
+DeepSpeed ZeRO-3 (``--ds.zero_stage 3``) is supported: the chunked log-probs run as a call of the
+``lm_head`` module (``_head_call``), so DeepSpeed's own module hooks gather its partitioned weight
+for the forward and again for the backward, as for the module's own forward.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import os
@@ -56,36 +60,36 @@ def enabled() -> bool:
     return value == "1"
 
 
-def refusals(namespace: argparse.Namespace) -> list[str]:
-    """The train_ppo_ray flags (flat dotted names) that the path cannot honour, each with why."""
-
-    def arg(name: str, default: Any = None) -> Any:
-        return getattr(namespace, name, default)
-
+def refusals(args: Any) -> list[str]:
+    """The train_ppo_ray flags that the path cannot honour, each with why; ``args`` as train_ppo_ray's
+    ``train(args)`` receives them (nested, after OpenRLHF's normalisation, which turns
+    ``--ds.packing_samples`` on for ``--train.dynamic_batch_enable`` and ``--ds.ring_attn_size`` > 1)."""
     found = []
-    if arg("actor.entropy_coef") not in (None, 0, 0.0):
+    if args.actor.entropy_coef not in (None, 0, 0.0):
         found.append(
-            f"--actor.entropy_coef {arg('actor.entropy_coef')}: the entropy is a metric without gradient on "
+            f"--actor.entropy_coef {args.actor.entropy_coef}: the entropy is a metric without gradient on "
             "this path (use 0 or leave it unset)"
         )
-    if arg("ds.packing_samples", False):
-        found.append("--ds.packing_samples: packed rows are not supported")
-    if (arg("ds.ring_attn_size", 1) or 1) > 1:
-        found.append(f"--ds.ring_attn_size {arg('ds.ring_attn_size')}: ring attention is not supported")
-    if (arg("actor.aux_loss_coef", 0) or 0) > 0:
+    ring = args.ds.ring_attn_size or 1
+    if args.ds.packing_samples:
+        turned_on_by = (("--train.dynamic_batch_enable", args.train.dynamic_batch_enable), (f"--ds.ring_attn_size {ring}", ring > 1))
+        causes = [flag for flag, on in turned_on_by if on]
+        why = f" (OpenRLHF turns it on for {', '.join(causes)})" if causes else ""
+        found.append(f"--ds.packing_samples{why}: packed rows are not supported")
+    if ring > 1:
+        found.append(f"--ds.ring_attn_size {ring}: ring attention is not supported")
+    if (args.actor.aux_loss_coef or 0) > 0:
         found.append(
-            f"--actor.aux_loss_coef {arg('actor.aux_loss_coef')}: the MoE router loss is not computed on this path"
+            f"--actor.aux_loss_coef {args.actor.aux_loss_coef}: the MoE router loss is not computed on this path"
         )
-    if arg("ds.zero_stage", 0) == 3:
-        found.append("--ds.zero_stage 3: the lm_head weight is read outside the call that gathers it")
     return found
 
 
-def check_args(namespace: argparse.Namespace) -> None:
-    """With the setting on, HiddenLogProbsError naming every flag it cannot honour."""
+def check_args(args: Any) -> None:
+    """With the setting on, HiddenLogProbsError naming every flag it cannot honour (``args``: as for ``refusals``)."""
     if not enabled():
         return
-    found = refusals(namespace)
+    found = refusals(args)
     if found:
         raise HiddenLogProbsError(f"{ENV}=1 cannot honour: " + "; ".join(found))
 
@@ -168,8 +172,6 @@ def _log_probs(
 ) -> Any:
     import torch
 
-    from gmpo_plugins.core.fused_linear import ChunkedLogProbs, default_chunk_size
-
     batch, length = sequences.shape
     position_ids = attention_mask.long().cumsum(-1) - 1  # as Actor.forward
     position_ids.masked_fill_(attention_mask == 0, 1)
@@ -179,14 +181,8 @@ def _log_probs(
     hidden = output.last_hidden_state[:, length - 1 - scored : length - 1]  # position t predicts token t + 1
     targets = sequences[:, length - scored :]
     positions = batch * scored
-    log_probs, entropy = ChunkedLogProbs.apply(
-        hidden.reshape(positions, -1).to(head.weight.dtype),
-        head.weight,
-        head.bias,
-        targets.reshape(positions),
-        torch.ones(positions, dtype=torch.bool, device=sequences.device),
-        float(actor.temperature),
-        default_chunk_size(head.weight.shape[0], positions),
+    log_probs, entropy = _head_call(
+        head, hidden.reshape(positions, -1), targets.reshape(positions), float(actor.temperature)
     )
     log_probs = log_probs.view(batch, scored)
     if action_mask is not None:
@@ -198,6 +194,44 @@ def _log_probs(
         full[:, length - 1 - scored :] = entropy.view(batch, scored)
         output.entropy = full
     return log_probs, output
+
+
+def _head_call(head: Any, hidden: Any, targets: Any, temperature: float) -> Any:
+    """(log_p (N,), entropy (N,)) of ``core.fused_linear.ChunkedLogProbs`` for hidden (N, H) and targets (N,),
+    run as a call of the ``lm_head`` module itself, its ``forward`` replaced for the call.
+
+    So whatever manages the module's parameters around its own forward manages them here too. Under
+    DeepSpeed ZeRO-3 the partitioned weight (and bias) is empty outside the module's calls; the
+    hooks DeepSpeed puts on every module gather it before the forward and release it after, gather it
+    again when the gradient reaches the call's output (the backward recomputes each chunk of logits
+    from the weight) and release it when the gradient leaves through ``hidden``; the weight's gradient
+    then reaches its partition as from the module's own forward."""
+    import torch
+
+    from gmpo_plugins.core.fused_linear import ChunkedLogProbs, default_chunk_size
+
+    def chunked(hidden: Any, targets: Any) -> Any:
+        weight = head.weight  # gathered by the module's pre-forward hooks, if any
+        positions = hidden.shape[0]
+        return ChunkedLogProbs.apply(
+            hidden.to(weight.dtype),
+            weight,
+            head.bias,
+            targets,
+            torch.ones(positions, dtype=torch.bool, device=hidden.device),
+            temperature,
+            default_chunk_size(weight.shape[0], positions),
+        )
+
+    own = head.__dict__.get("forward")
+    head.forward = chunked
+    try:
+        return head(hidden, targets)
+    finally:
+        if own is None:
+            del head.forward
+        else:
+            head.forward = own
 
 
 def patch_actor(module: ModuleType) -> None:
