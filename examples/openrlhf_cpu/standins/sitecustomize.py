@@ -53,15 +53,10 @@ imported (a post-import hook), so a process that never imports it is untouched:
     every rank holds them whole; Hugging Face names, the actor's ``model``) after each call that applied an
     optimiser step (``global_steps`` advanced), rank 0 writing. ZeRO-3 partitions the parameters themselves
     and is refused. The engines without an optimiser (the reference model) never call ``step``.
-``openrlhf.utils.deepspeed.deepspeed_utils`` (only with ``OPENRLHF_E2E_ZERO3_PARTITION_ALL`` set)
-    ZeRO-3 partitions a parameter only above ``stage3_param_persistence_threshold`` elements (OpenRLHF asks
-    for "auto", which DeepSpeed reads as its default 1e5): the tiny test model's lm_head (64 x 32) would stay
-    whole on every rank, as no real model's does (152K x 4096). The train and eval configs get the threshold
-    0 here, so every parameter is partitioned, the lm_head included, as on a real model.
 ``gmpo_plugins.adapters.openrlhf.hidden_logprobs`` (only with ``OPENRLHF_E2E_RECORD_DIR`` set)
     A marker: every hidden-state log-prob call appends one JSON line to ``head_calls.jsonl`` there (Ray actor
-    class, process id, the lm_head weight's element count before the call and its full count), so a test can
-    see that the weight was partitioned when the path ran. The computation is unchanged.
+    class, process id, the lm_head weight's element count before the call and its full count: ``ds_numel``
+    under ZeRO-3), so a test can see where the path ran. The computation is unchanged.
 """
 
 from __future__ import annotations
@@ -249,19 +244,6 @@ def _patch_head_marker(module):
     module._head_call = _head_call
 
 
-def _patch_persistence_threshold(module):
-    for name in ("get_train_ds_config", "get_eval_ds_config"):
-        original = getattr(module, name)
-
-        @functools.wraps(original)
-        def config(*args, _original=original, **kwargs):
-            result = _original(*args, **kwargs)
-            result["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-            return result
-
-        setattr(module, name, config)
-
-
 def _optimiser_steps():
     """``examples/optimiser_steps.py``, the saving every CPU stand-in shares (loaded from its path, as the
     vLLM stand-in loads ``seeded_generation``: the examples folder is not on this process's path)."""
@@ -309,8 +291,6 @@ if os.environ.get("OPENRLHF_E2E_RAY"):
 if os.environ.get("OPENRLHF_E2E_RECORD_DIR"):
     after_import("gmpo_plugins.adapters.openrlhf.patch", _patch_loss_marker)
     after_import("gmpo_plugins.adapters.openrlhf.hidden_logprobs", _patch_head_marker)
-if os.environ.get("OPENRLHF_E2E_ZERO3_PARTITION_ALL"):
-    after_import("openrlhf.utils.deepspeed.deepspeed_utils", _patch_persistence_threshold)
 if os.environ.get("GMPO_CPU_STEP_PARAMS"):
     after_import("deepspeed.runtime.engine", _patch_engine_step)
 sys.meta_path.insert(0, _PostImportFinder())
