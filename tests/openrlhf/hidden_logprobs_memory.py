@@ -14,8 +14,9 @@ the allocation and free events of torch's CPU allocator summed in time order
 With ``--zero3`` the actor's model is wrapped as OpenRLHF's strategy wraps it under ``--ds.zero_stage 3``:
 a DeepSpeed ZeRO-3 engine (``deepspeed.initialize`` with OpenRLHF's ``get_train_ds_config``, float32, in
 this one process on gloo, world size 1) that partitions every parameter above DeepSpeed's persistence
-threshold (the lm_head's 152K x 32 among them), the strategy stand-in's backward and step being the
-engine's (``engine.backward``, ``engine.step``) and the optimizer a torch SGD.
+threshold (the lm_head's 152K x 32 among them: checked empty outside its calls), the strategy
+stand-in's backward and step being the engine's (``engine.backward``, ``engine.step``) and the
+optimizer a torch SGD.
 Prints a Markdown table, its command and machine first.
 """
 
@@ -74,6 +75,9 @@ def _zero3(actor, strategy, rows: int) -> None:
     config.update(train_micro_batch_size_per_gpu=rows, train_batch_size=rows, zero_allow_untested_optimizer=True)
     optimizer = torch.optim.SGD(actor.model.parameters(), lr=1e-2)
     engine, *_ = deepspeed.initialize(model=actor.model, optimizer=optimizer, config=config)
+    head = engine.module.get_output_embeddings().weight
+    if head.numel() != 0:  # partitioned: empty outside the calls that gather it
+        raise SystemExit(f"ZeRO-3 left the lm_head whole ({head.numel()} of {head.ds_numel} elements)")
     actor.model = engine
     strategy.backward = lambda loss, model, optimizer, **kwargs: engine.backward(loss)
     strategy.optimizer_step = lambda optimizer, model, scheduler, name="model", **kwargs: engine.step()
