@@ -1,6 +1,6 @@
 """Peak memory of OpenRLHF's actor training step with and without ``GMPO_OPENRLHF_HIDDEN_LOGPROBS=1``.
 
-    python -m tests.openrlhf.hidden_logprobs_memory [--vocab 151936] [--rows 4] [--length 512]
+    python -m tests.openrlhf.hidden_logprobs_memory [--vocab 151936] [--rows 4] [--length 512] [--zero3]
 
 OpenRLHF 0.11.2's own ``ActorPPOTrainer.training_step`` (the ``tests.openrlhf.tiny`` harness: the
 real trainer, arguments from gmpo-openrlhf's parser, a stand-in strategy whose backward is
@@ -11,6 +11,12 @@ The step runs once with OpenRLHF's ``Actor.forward`` and once, on a second actor
 weights, with the hidden-state forward; each under ``torch.profiler`` with ``profile_memory=True``,
 the allocation and free events of torch's CPU allocator summed in time order
 (``gmpo_plugins.bench.measure``): the peak bytes above those allocated when the step started.
+With ``--zero3`` the actor's model is wrapped as OpenRLHF's strategy wraps it under ``--ds.zero_stage 3``:
+a DeepSpeed ZeRO-3 engine (``deepspeed.initialize`` with OpenRLHF's ``get_train_ds_config``, float32, in
+this one process on gloo, world size 1) that partitions every parameter above DeepSpeed's persistence
+threshold (the lm_head's 152K x 32 among them: checked empty outside its calls), the strategy
+stand-in's backward and step being the engine's (``engine.backward``, ``engine.step``) and the
+optimizer a torch SGD.
 Prints a Markdown table, its command and machine first.
 """
 
@@ -55,7 +61,29 @@ def _samples(rows: int, length: int) -> list[tuple[int, int, float]]:
     return [(PROMPT, response - (i * response) // (2 * rows), 1.0 if i % 2 else -0.5) for i in range(rows)]
 
 
-def step_peak(vocab: int, rows: int, length: int, hidden: bool) -> tuple[int, float]:
+def _zero3(actor, strategy, rows: int) -> None:
+    """``actor.model`` becomes a DeepSpeed ZeRO-3 engine; ``strategy`` backward and step through it."""
+    import deepspeed
+    from openrlhf.utils.deepspeed.deepspeed_utils import get_train_ds_config
+
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29571"), ("RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(name, value)
+    os.environ.setdefault("LOCAL_RANK", "0")
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    config = get_train_ds_config(offload=False, adam_offload=False, stage=3, param_dtype="fp32", max_norm=0, zpg=1)
+    config.update(train_micro_batch_size_per_gpu=rows, train_batch_size=rows, zero_allow_untested_optimizer=True)
+    optimizer = torch.optim.SGD(actor.model.parameters(), lr=1e-2)
+    engine, *_ = deepspeed.initialize(model=actor.model, optimizer=optimizer, config=config)
+    head = engine.module.get_output_embeddings().weight
+    if head.numel() != 0:  # partitioned: empty outside the calls that gather it
+        raise SystemExit(f"ZeRO-3 left the lm_head whole ({head.numel()} of {head.ds_numel} elements)")
+    actor.model = engine
+    strategy.backward = lambda loss, model, optimizer, **kwargs: engine.backward(loss)
+    strategy.optimizer_step = lambda optimizer, model, scheduler, name="model", **kwargs: engine.step()
+
+
+def step_peak(vocab: int, rows: int, length: int, hidden: bool, zero3: bool = False) -> tuple[int, float]:
     """(peak extra bytes of one training_step, its logged policy_loss)."""
     import openrlhf.models.actor as actor_module
 
@@ -64,6 +92,8 @@ def step_peak(vocab: int, rows: int, length: int, hidden: bool) -> tuple[int, fl
     args = tiny.build_args([*ARGV, *tiny.GROUP_ARGS])
     actor = _actor(vocab, length)
     trainer, strategy = tiny.build_trainer(args, actor)
+    if zero3:
+        _zero3(actor, strategy, rows)
     with patch.object(tiny, "SAMPLES", _samples(rows, length)):
         experience = tiny.build_experience(actor)
     info = tiny.loss_batch_info(strategy, experience)
@@ -85,15 +115,16 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--zero3", action="store_true", help="the actor under a DeepSpeed ZeRO-3 engine")
     args = parser.parse_args()
     torch.set_num_threads(1)
     install()  # the PolicyLoss patch (registry losses), before OpenRLHF is imported
-    plain, plain_loss = step_peak(args.vocab, args.rows, args.length, hidden=False)
-    hidden, hidden_loss = step_peak(args.vocab, args.rows, args.length, hidden=True)
+    plain, plain_loss = step_peak(args.vocab, args.rows, args.length, hidden=False, zero3=args.zero3)
+    hidden, hidden_loss = step_peak(args.vocab, args.rows, args.length, hidden=True, zero3=args.zero3)
     logits = args.rows * args.length * args.vocab * 4
     print(
         f"Command: `python -m tests.openrlhf.hidden_logprobs_memory --vocab {args.vocab} --rows {args.rows} "
-        f"--length {args.length}`\n"
+        f"--length {args.length}{' --zero3' * args.zero3}`\n"
     )
     print(
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} (1 thread); "

@@ -45,7 +45,7 @@ def test_parses_registry_names(loss_module):
         ["--actor.policy_loss_type", "gmpo_plugins.gspo", "--actor.loss_agg_mode", "seq-mean-token-mean", *GROUP]
     )
     assert getattr(args, "actor.policy_loss_type") == "gmpo_plugins.gspo"
-    assert getattr(parse_args(["--actor.policy_loss_type", "ppo"]), "actor.policy_loss_type") == "ppo"
+    assert getattr(parse_args(["--actor.policy_loss_type", "ppo", *GROUP]), "actor.policy_loss_type") == "ppo"
 
 
 def test_unknown_name_is_rejected_listing_the_valid_ones(loss_module, capsys):
@@ -65,8 +65,8 @@ def test_unknown_name_is_rejected_listing_the_valid_ones(loss_module, capsys):
             ["--actor.policy_loss_type", "dr_grpo", *GROUP],
             "--actor.loss_agg_mode token-mean cannot be expressed by --actor.policy_loss_type=dr_grpo",
         ),
-        (
-            ["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss"],
+        (  # gae: OpenRLHF's own normalisation wants a critic, here from the reward model
+            ["--actor.policy_loss_type", "gmpo", "--algo.kl.use_loss", "--reward.model_name_or_path", "rm"],
             "--algo.advantage.estimator gae gives per-token advantages",
         ),
         (["--actor.policy_loss_type", "gmpo", *GROUP[:4]], "--algo.kl.init_coef 0.01 without --algo.kl.use_loss"),

@@ -92,18 +92,24 @@ def test_no_grad_forwards_equal_openrlhfs(tiny_openrlhf):
     assert float(plain.abs().max()) > 0.1
 
 
+PACKED = ["--vllm.num_engines", "1"]  # OpenRLHF asserts vLLM engines for packed samples
 REFUSED = [
     (["--actor.entropy_coef", "0.01"], "--actor.entropy_coef 0.01"),
-    (["--ds.packing_samples"], "--ds.packing_samples"),
-    (["--ds.ring_attn_size", "2", "--ds.packing_samples"], "--ds.ring_attn_size 2"),
+    (["--ds.packing_samples", *PACKED], "--ds.packing_samples: packed rows"),
+    (
+        ["--train.dynamic_batch_enable", *PACKED],
+        "--ds.packing_samples (OpenRLHF turns it on for --train.dynamic_batch_enable): packed rows",
+    ),
+    (["--ds.ring_attn_size", "2", *PACKED], "--ds.ring_attn_size 2: ring attention"),
     (["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef 0.01"),
-    (["--ds.zero_stage", "3"], "--ds.zero_stage 3"),
 ]
 
 
-@pytest.mark.parametrize(("argv", "flag"), REFUSED, ids=[flag for _, flag in REFUSED])
+@pytest.mark.parametrize(("argv", "flag"), REFUSED, ids=[flag.split(":")[0] for _, flag in REFUSED])
 @pytest.mark.parametrize("loss", ["gmpo", "ppo"])
-def test_what_the_path_cannot_honour_is_refused(loss_module, monkeypatch, capsys, argv, flag, loss):
+def test_what_the_path_cannot_honour_is_refused_before_training(loss_module, monkeypatch, capsys, argv, flag, loss):
+    """At parse time, on the arguments as OpenRLHF normalised them (``--train.dynamic_batch_enable``
+    turns packing on there), before ``train(args)`` starts Ray."""
     from gmpo_plugins.adapters.openrlhf.cli import parse_args
 
     base = ["--actor.policy_loss_type", loss, *(["--actor.eps_clip_low_high", "0.4", "0.4"] if loss == "gmpo" else [])]
@@ -116,6 +122,7 @@ def test_what_the_path_cannot_honour_is_refused(loss_module, monkeypatch, capsys
     err = capsys.readouterr().err
     assert f"{ENV}=1 cannot honour" in err and flag in err
     parse_args([*base, *group, "--actor.entropy_coef", "0"])  # the entropy as a metric is fine
+    parse_args([*base, *group, "--ds.zero_stage", "3"])  # ZeRO-3: the head is gathered by its own call
 
 
 def test_the_setting_reaches_the_ray_workers(monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 
 from gmpo_plugins.adapters import hparam_sources
 from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultWarning
-from gmpo_plugins.adapters.openrlhf.cli import parse_args
+from gmpo_plugins.adapters.openrlhf.cli import parse_args, train_args
 from gmpo_plugins.adapters.openrlhf.options import OPENRLHF_FIELDS
 from tests.openrlhf.test_cli import GROUP, record_ray_init
 
@@ -34,15 +34,10 @@ def fresh_process(monkeypatch):
 
 
 def test_flag_table_defaults_are_openrlhfs(loss_module):
-    args = parse_args(["--actor.policy_loss_type", "gmpo", *GROUP])
-    eps_clip = getattr(args, "actor.eps_clip")
-    low, high = getattr(args, "actor.eps_clip_low_high") or (eps_clip, eps_clip)  # as ActorPPOTrainer reads them
-    parsed = {
-        "eps_low": low,
-        "eps_high": high,
-        "dual_clip": getattr(args, "actor.dual_clip"),
-        "reduction": getattr(args, "actor.loss_agg_mode"),
-    }
+    args = train_args(["--actor.policy_loss_type", "gmpo", *GROUP])  # as train(args) receives them
+    low, high = args.actor.eps_clip_low_high  # as ActorPPOTrainer reads them
+    parsed = {"eps_low": low, "eps_high": high, "dual_clip": args.actor.dual_clip}
+    parsed["reduction"] = args.actor.loss_agg_mode
     assert {row.hparam: row.default for row in OPENRLHF_FIELDS} == parsed
     signature = inspect.signature(loss_module.PolicyLoss.__init__).parameters
     assert (signature["clip_eps_low"].default, signature["dual_clip"].default) == (0.2, None)

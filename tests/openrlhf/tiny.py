@@ -1,7 +1,7 @@
 """Run OpenRLHF 0.11.2's own ``ActorPPOTrainer.training_step`` on CPU (test helper).
 
-Real OpenRLHF code: the arguments (parsed by ``gmpo-openrlhf``'s parser, i.e.
-train_ppo_ray's own, then ``hierarchize`` and the CLI's eps_clip_low_high default), the
+Real OpenRLHF code: the arguments (train_ppo_ray's own parser and ``__main__`` block, up to
+``train(args)``, as ``gmpo-openrlhf`` runs them: ``cli.train_args``), the
 ``Actor`` loaded from a tiny random Llama saved to a temp dir (attn_implementation="sdpa"),
 ``ActorPPOTrainer.__init__`` (which builds PolicyLoss from the arguments) and
 ``training_step``, the Experience batch built per sample as ``samples_generator`` does and
@@ -27,10 +27,9 @@ from openrlhf.trainer.ppo_utils.experience import (
     split_experience_batch,
 )
 from openrlhf.trainer.ray import ppo_actor
-from openrlhf.utils.config import hierarchize
 from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
 
-from gmpo_plugins.adapters.openrlhf.cli import parse_args
+from gmpo_plugins.adapters.openrlhf.cli import train_args
 from tests.tiny_models import tiny_model
 
 VOCAB = 64
@@ -40,11 +39,9 @@ GROUP_ARGS = ["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_p
 
 
 def build_args(argv):
-    """train_ppo_ray's arguments as ActorPPOTrainer sees them (``args.actor.eps_clip_low_high`` set)."""
-    args = hierarchize(parse_args(argv))
-    if args.actor.eps_clip_low_high is None:  # train_ppo_ray.py's own rule
-        args.actor.eps_clip_low_high = (args.actor.eps_clip, args.actor.eps_clip)
-    return args
+    """train_ppo_ray's arguments as ActorPPOTrainer sees them: normalised by train_ppo_ray's own
+    ``__main__`` block (``args.actor.eps_clip_low_high`` set, ...), checked as gmpo-openrlhf checks them."""
+    return train_args(argv)
 
 
 class CPUStrategy:

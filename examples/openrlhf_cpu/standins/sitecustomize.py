@@ -53,6 +53,10 @@ imported (a post-import hook), so a process that never imports it is untouched:
     every rank holds them whole; Hugging Face names, the actor's ``model``) after each call that applied an
     optimiser step (``global_steps`` advanced), rank 0 writing. ZeRO-3 partitions the parameters themselves
     and is refused. The engines without an optimiser (the reference model) never call ``step``.
+``gmpo_plugins.adapters.openrlhf.hidden_logprobs`` (only with ``OPENRLHF_E2E_RECORD_DIR`` set)
+    A marker: every hidden-state log-prob call appends one JSON line to ``head_calls.jsonl`` there (Ray actor
+    class, process id, the lm_head weight's element count before the call and its full count: ``ds_numel``
+    under ZeRO-3), so a test can see where the path ran. The computation is unchanged.
 """
 
 from __future__ import annotations
@@ -220,6 +224,26 @@ def _patch_loss_marker(module):
     module.registry_forward = registry_forward
 
 
+def _patch_head_marker(module):
+    path = os.path.join(os.environ["OPENRLHF_E2E_RECORD_DIR"], "head_calls.jsonl")
+    original = module._head_call
+
+    @functools.wraps(original)
+    def _head_call(head, *args, **kwargs):
+        weight = head.weight
+        record = {
+            "actor_class": _actor_class(),
+            "pid": os.getpid(),
+            "weight_numel": weight.numel(),
+            "full_numel": getattr(weight, "ds_numel", weight.numel()),
+        }
+        with open(path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        return original(head, *args, **kwargs)
+
+    module._head_call = _head_call
+
+
 def _optimiser_steps():
     """``examples/optimiser_steps.py``, the saving every CPU stand-in shares (loaded from its path, as the
     vLLM stand-in loads ``seeded_generation``: the examples folder is not on this process's path)."""
@@ -266,6 +290,7 @@ if os.environ.get("OPENRLHF_E2E_RAY"):
     after_import("ray", _patch_ray_init)
 if os.environ.get("OPENRLHF_E2E_RECORD_DIR"):
     after_import("gmpo_plugins.adapters.openrlhf.patch", _patch_loss_marker)
+    after_import("gmpo_plugins.adapters.openrlhf.hidden_logprobs", _patch_head_marker)
 if os.environ.get("GMPO_CPU_STEP_PARAMS"):
     after_import("deepspeed.runtime.engine", _patch_engine_step)
 sys.meta_path.insert(0, _PostImportFinder())

@@ -8,10 +8,14 @@ validation and ``train(args)``, unchanged) with three additions:
 
 1. ``install()`` in this driver process (the patch of PolicyLoss; version check).
 2. ``--actor.policy_loss_type`` accepts ``options.policy_loss_choices()`` (argparse lists
-   them when a name is unknown). For a registry loss the parsed arguments are checked
-   before anything starts: a PolicyLoss is built from them as ``ActorPPOTrainer`` builds
-   it, and sequence-level losses need one advantage per sequence; a refusal is a usage
-   error naming the flag.
+   them when a name is unknown). The arguments are checked (``check_args``) as ``train(args)``
+   receives them, after OpenRLHF's own normalisation in its ``__main__`` block (a single
+   ``--algo.advantage.is_correction_threshold`` becomes ``[0, delta]``, ``--train.dynamic_batch_enable``
+   turns ``--ds.packing_samples`` on, ...): at the first statement of ``train(args)``
+   (``if not ray.is_initialized():``), before Ray starts. For a registry loss a PolicyLoss is
+   built from them as ``ActorPPOTrainer`` builds it (an error of OpenRLHF's own constructor
+   becomes a refusal naming its flags), and sequence-level losses need one advantage per
+   sequence; a refusal is a usage error naming the flag.
 3. The ``ray.init`` that ``train(args)`` makes gets ``hook.runtime_env(<OpenRLHF's runtime
    env>)``: OpenRLHF's env vars plus the worker setup hook, which patches PolicyLoss in
    every Ray worker (added once; left out when a ``ray job submit`` env carries it), and
@@ -28,7 +32,10 @@ import contextlib
 import functools
 import runpy
 import sys
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import forward_override
@@ -48,10 +55,40 @@ PROG = "gmpo-openrlhf"
 POLICY_LOSS_DEST = "actor.policy_loss_type"
 
 
+# PolicyLoss's constructor keywords -> the train_ppo_ray flags ActorPPOTrainer builds them from
+POLICY_LOSS_FLAGS = {
+    "clip_eps_low": "--actor.eps_clip_low_high",
+    "clip_eps_high": "--actor.eps_clip_low_high",
+    "dual_clip": "--actor.dual_clip",
+    "token_level_loss": "--actor.loss_agg_mode",
+    "policy_loss_type": "--actor.policy_loss_type",
+    "is_correction_level": "--algo.advantage.is_correction_level",
+    "is_correction_mode": "--algo.advantage.is_correction_mode",
+    "is_correction_gating": "--algo.advantage.is_correction_gating",
+    "is_correction_threshold": "--algo.advantage.is_correction_threshold",
+}
+
+
 class _Captured(Exception):
     def __init__(self, parser: argparse.ArgumentParser) -> None:
         super().__init__("parser captured")
         self.parser = parser
+
+
+class _ReachedTrain(Exception):
+    """Raised at the start of ``train(args)`` when only the arguments are wanted."""
+
+
+@dataclass
+class _Parsing:
+    """What ``_openrlhf_parsing`` saw: the parser, its flat namespace, the thread that parsed, the
+    namespace ``train(args)`` receives (``hierarchize``'s, normalised in place), whether it was checked."""
+
+    parser: argparse.ArgumentParser | None = None
+    flat: argparse.Namespace | None = None
+    thread: int | None = None
+    args: Any = None
+    checked: bool = False
 
 
 @contextlib.contextmanager
@@ -68,76 +105,135 @@ def _policy_loss_action(parser: argparse.ArgumentParser) -> argparse.Action | No
     return next((action for action in parser._actions if action.dest == POLICY_LOSS_DEST), None)
 
 
-def check_args(namespace: argparse.Namespace) -> None:
-    """Refuse a registry loss the parsed (flat, dotted) train_ppo_ray arguments cannot run;
-    raises OpenRLHFConfigError. OpenRLHF's own ppo/gspo are not checked."""
+def check_args(args: Any) -> None:
+    """Refuse what the arguments cannot run; raises OpenRLHFConfigError naming the flag.
 
-    def arg(name: str) -> Any:
-        return getattr(namespace, name)
-
-    _check_hidden_logprobs(namespace)
-    loss_type = arg(POLICY_LOSS_DEST)
+    ``args``: train_ppo_ray's arguments as its ``train(args)`` receives them (``args.actor.eps_clip_low_high``,
+    after OpenRLHF's normalisation: ``train_args``). The opt-in hidden-state log-probs are checked for any
+    loss; OpenRLHF's own ppo/gspo are not checked otherwise."""
+    _check_hidden_logprobs(args)
+    loss_type = args.actor.policy_loss_type
     spec = registry_spec(loss_type)
     if spec is None:
         return
     from openrlhf.models import PolicyLoss  # already imported by train_ppo_ray
 
-    low, high = arg("actor.eps_clip_low_high") or (arg("actor.eps_clip"), arg("actor.eps_clip"))
-    PolicyLoss(  # as ActorPPOTrainer.__init__ builds it; a refusal raises here
-        clip_eps_low=low,
-        clip_eps_high=high,
-        dual_clip=arg("actor.dual_clip"),
-        token_level_loss=arg("actor.loss_agg_mode") == "token-mean",
-        policy_loss_type=loss_type,
-        is_correction_level=arg("algo.advantage.is_correction_level"),
-        is_correction_mode=arg("algo.advantage.is_correction_mode"),
-        is_correction_gating=arg("algo.advantage.is_correction_gating"),
-        is_correction_threshold=arg("algo.advantage.is_correction_threshold"),
-    )
+    low, high = args.actor.eps_clip_low_high
+    advantage = args.algo.advantage
+    arguments = {  # as ActorPPOTrainer.__init__ builds it
+        "clip_eps_low": low,
+        "clip_eps_high": high,
+        "dual_clip": args.actor.dual_clip,
+        "token_level_loss": args.actor.loss_agg_mode == "token-mean",
+        "policy_loss_type": loss_type,
+        "is_correction_level": advantage.is_correction_level,
+        "is_correction_mode": advantage.is_correction_mode,
+        "is_correction_gating": advantage.is_correction_gating,
+        "is_correction_threshold": advantage.is_correction_threshold,
+    }
+    try:
+        PolicyLoss(**arguments)
+    except (OpenRLHFConfigError, UnsupportedOpenRLHFVersionError, LossNameCollisionError):
+        raise
+    except (ValueError, AssertionError) as exc:  # OpenRLHF's own checks in PolicyLoss.__init__
+        raise OpenRLHFConfigError(_refused_by_openrlhf(args, arguments, exc)) from None
     check_advantages(
         spec,
         loss_type,
-        estimator=arg("algo.advantage.estimator"),
-        gamma=arg("algo.advantage.gamma"),
-        kl_use_loss=arg("algo.kl.use_loss"),
-        kl_init_coef=arg("algo.kl.init_coef"),
+        estimator=advantage.estimator,
+        gamma=advantage.gamma,
+        kl_use_loss=args.algo.kl.use_loss,
+        kl_init_coef=args.algo.kl.init_coef,
     )
 
 
-def _check_hidden_logprobs(namespace: argparse.Namespace) -> None:
+def _refused_by_openrlhf(args: Any, arguments: dict[str, Any], exc: BaseException) -> str:
+    """One line naming the flags (with their values) of the keywords OpenRLHF's message names (all of
+    them when it names none), then OpenRLHF's message."""
+    named = [keyword for keyword in arguments if keyword in str(exc)] or list(arguments)
+    flags = dict.fromkeys(POLICY_LOSS_FLAGS[keyword] for keyword in named)
+    shown = ", ".join(f"{flag} {_flag_value(functools.reduce(getattr, flag[2:].split('.'), args))}" for flag in flags)
+    return f"gmpo_plugins: OpenRLHF's PolicyLoss refuses {shown}: {exc}"
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+def _check_hidden_logprobs(args: Any) -> None:
     """The opt-in hidden-state log-probs refuse what they cannot honour, for any loss."""
     from gmpo_plugins.adapters.openrlhf.hidden_logprobs import HiddenLogProbsError, check_args
 
     try:
-        check_args(namespace)
+        check_args(args)
     except HiddenLogProbsError as exc:
         raise OpenRLHFConfigError(str(exc)) from None
 
 
 @contextlib.contextmanager
-def _openrlhf_parsing(capture: bool) -> Iterator[None]:
-    """While active, the parser that declares ``--actor.policy_loss_type`` accepts the
-    registry names and checks them, under the name ``gmpo-openrlhf`` (``capture``: raise
-    _Captured with it instead of parsing)."""
-    original = argparse.ArgumentParser.parse_args
+def _openrlhf_parsing(*, capture: bool = False, stop_at_train: bool = False) -> Iterator[_Parsing]:
+    """While active, the parser that declares ``--actor.policy_loss_type`` accepts the registry
+    names, under the name ``gmpo-openrlhf`` (``capture``: raise _Captured with it instead of parsing),
+    and ``check_args`` runs on the arguments ``train(args)`` receives, at its first statement
+    (``ray.is_initialized()``, in the thread that parsed), a refusal being the parser's usage error
+    (``stop_at_train``: then raise _ReachedTrain). The namespace is the one ``openrlhf.utils.config.hierarchize``
+    returned, which the ``__main__`` block normalises in place. A ``ray.init`` before the check raises
+    RuntimeError (an OpenRLHF whose entry point goes another way)."""
+    import openrlhf.utils.config as config
+    import ray
+
+    seen = _Parsing()
+    original_parse_args = argparse.ArgumentParser.parse_args
+    original_hierarchize, original_is_initialized, original_init = config.hierarchize, ray.is_initialized, ray.init
 
     def parse_args(self, args=None, namespace=None):
         action = _policy_loss_action(self)
         if action is None:
-            return original(self, args, namespace)
+            return original_parse_args(self, args, namespace)
         action.choices = policy_loss_choices()
         self.prog = PROG
         if capture:
             raise _Captured(self)
-        parsed = original(self, args, namespace)
-        try:
-            check_args(parsed)
-        except (OpenRLHFConfigError, UnsupportedOpenRLHFVersionError, LossNameCollisionError) as exc:
-            self.error(str(exc))
-        return parsed
+        seen.flat = original_parse_args(self, args, namespace)
+        seen.parser, seen.thread = self, threading.get_ident()
+        return seen.flat
 
-    with _replaced(argparse.ArgumentParser, "parse_args", parse_args):
-        yield
+    def hierarchize(args: Any) -> Any:
+        result = original_hierarchize(args)
+        if args is seen.flat:
+            seen.args = result
+        return result
+
+    def is_initialized() -> bool:
+        if seen.args is not None and not seen.checked and threading.get_ident() == seen.thread:
+            seen.checked = True
+            try:
+                check_args(seen.args)
+            except (OpenRLHFConfigError, UnsupportedOpenRLHFVersionError, LossNameCollisionError) as exc:
+                assert seen.parser is not None
+                seen.parser.error(str(exc))
+            if stop_at_train:
+                raise _ReachedTrain
+        return original_is_initialized()
+
+    @functools.wraps(original_init)
+    def init(*args: Any, **kwargs: Any) -> Any:
+        if seen.parser is not None and not seen.checked:
+            raise RuntimeError(
+                f"gmpo_plugins: {OPENRLHF_MAIN} called ray.init before its arguments were checked (its train(args) "
+                "no longer starts with ray.is_initialized() after hierarchize(args)); this OpenRLHF is not supported"
+            )
+        return original_init(*args, **kwargs)
+
+    with (
+        _replaced(argparse.ArgumentParser, "parse_args", parse_args),
+        _replaced(config, "hierarchize", hierarchize),
+        _replaced(ray, "is_initialized", is_initialized),
+        _replaced(ray, "init", init),
+    ):
+        yield seen
 
 
 @contextlib.contextmanager
@@ -176,12 +272,33 @@ def openrlhf_parser() -> argparse.ArgumentParser:
     raise RuntimeError(f"gmpo_plugins: {OPENRLHF_MAIN} did not call parse_args")
 
 
+def _until_train(argv: Sequence[str]) -> _Parsing:
+    """train_ppo_ray's ``__main__`` block for ``argv`` up to the start of ``train(args)``, checked as
+    ``gmpo-openrlhf argv`` checks it (a refusal: SystemExit 2 with the usage line); Ray is not started."""
+    try:
+        with (
+            _openrlhf_parsing(stop_at_train=True) as seen,
+            _replaced(sys, "argv", [PROG, *argv]),
+        ):
+            runpy.run_module(OPENRLHF_MAIN, run_name="__main__")
+    except _ReachedTrain:
+        return seen
+    raise RuntimeError(f"gmpo_plugins: {OPENRLHF_MAIN} did not reach train(args)")
+
+
+def train_args(argv: Sequence[str]) -> SimpleNamespace:
+    """The arguments train_ppo_ray's ``train(args)`` receives for ``argv`` (nested: ``args.actor.policy_loss_type``),
+    after OpenRLHF's parser (registry names accepted) and its normalisation, ``check_args`` applied
+    as ``gmpo-openrlhf argv`` applies it; without training."""
+    return _until_train(argv).args
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """``argv`` parsed exactly as ``gmpo-openrlhf argv`` parses it (flat dotted names), without
-    training: OpenRLHF's parser, registry names accepted, ``check_args`` applied."""
-    parser = openrlhf_parser()
-    with _openrlhf_parsing(capture=False):
-        return parser.parse_args(list(argv))
+    """``argv`` parsed exactly as ``gmpo-openrlhf argv`` parses it (flat dotted names, as OpenRLHF's
+    parser returns them), ``check_args`` applied as ``gmpo-openrlhf argv`` applies it (``train_args``)."""
+    seen = _until_train(argv)
+    assert seen.flat is not None
+    return seen.flat
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -194,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(str(exc)) from exc
     watch.start()
     try:
-        with _openrlhf_parsing(capture=False), _ray_init_with_hook(), _replaced(sys, "argv", [PROG, *argv]):
+        with _openrlhf_parsing(), _ray_init_with_hook(), _replaced(sys, "argv", [PROG, *argv]):
             runpy.run_module(OPENRLHF_MAIN, run_name="__main__", alter_sys=True)
     except KeyboardInterrupt:
         if watch.message is None:
