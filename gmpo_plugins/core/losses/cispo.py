@@ -17,7 +17,8 @@ verl clips r to [1 - clip_ratio_low, 1 + clip_ratio_high] (its PPO bounds, 0.2 e
 default, so a verl run clips both sides unless told otherwise). TRL caps r at
 ``epsilon_high`` itself with no lower bound (ScaleRL's eps_max, 5.0 recommended): TRL's value
 translates as eps_high = epsilon_high - 1. SkyRL clips to [1 - cispo_eps_clip_low,
-1 + cispo_eps_clip_high] (0.0 and 5.0 by default: a lower bound at 1). The default
+1 + cispo_eps_clip_high] (SkyRL 0.3: 0.0 and 5.0 by default, a lower bound at 1; SkyRL 0.4:
+1.0 and 4.0, no lower bound and the registry's cap of 5). The default
 eps_high = 4.0 (a cap of 5) is ScaleRL's (arXiv 2510.13786), as TRL recommends; the MiniMax-M1
 paper tunes the cap without giving a value. ``clip_frac_high`` counts tokens with r_t above
 the cap, ``clip_frac_low`` those below 1 - eps_low, whatever the sign of A_t.
