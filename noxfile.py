@@ -55,8 +55,9 @@ MYPY = "mypy==2.4.1"
 DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
 # verl 0.9.1 and what importing its workers needs (its verl-core extra)
 VERL_REQUIREMENTS = ("verl==0.9.1", "fastapi", "uvicorn")
-# what verl's trainer needs beyond that on CPU (verl_e2e, frameworks_e2e): its rollout router
-VERL_TRAINER_REQUIREMENTS = ("cachetools",)
+# what verl's trainer needs beyond that on CPU (verl_e2e, frameworks_e2e): its rollout router and
+# TransferQueue, the data system of its default (v1) trainer
+VERL_TRAINER_REQUIREMENTS = ("cachetools", "transferqueue==0.1.11")
 
 nox.options.error_on_missing_interpreters = True
 # pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's

@@ -52,10 +52,18 @@ def launch(*overrides: str) -> tuple[int, str, float]:
         ),
         (
             ["actor_rollout_ref.actor.policy_loss.loss_mode=gmpo", "ray_kwargs.ray_init.num_cpus=2"],
-            ["ray_kwargs.ray_init.num_cpus=2", "wait forever", "at least 4"],
+            ["ray_kwargs.ray_init.num_cpus=2", "wait forever", "at least 6"],  # 3 + task runner + TransferQueue 2
+        ),
+        (
+            [
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo",
+                "algorithm.rollout_correction.bypass_mode=true",
+                "algorithm.rollout_correction.rollout_is=token",
+            ],
+            ["algorithm.rollout_correction.rollout_is=token", "bypass_mode=true", "loss_mode=gmpo"],
         ),
     ],
-    ids=["unknown-loss", "clip-ratio-low-zero", "too-few-ray-cpus"],
+    ids=["unknown-loss", "clip-ratio-low-zero", "too-few-ray-cpus", "bypass-is-weights-under-a-registry-loss"],
 )
 def test_bad_setting_exits_non_zero_with_a_message_naming_it(overrides, expected):
     code, output, seconds = launch(*overrides)
