@@ -46,7 +46,7 @@ BYPASS = [ROLLOUT_LOG_PROBS, f"{CORRECTION}.bypass_mode=true"]
 
 def planned_runs(base: list[str]) -> list[Run]:
     """The session's trainer runs (names are used by the tests), all through verl's default v1
-    trainer but the two ``legacy_*`` runs (verl's deprecated legacy trainer). ``gmpo_mb1`` is the
+    trainer but ``legacy_decoupled`` (verl's deprecated legacy trainer, one smoke run). ``gmpo_mb1`` is the
     baseline of the split runs, and of split_dependent_gmpo's (with one micro-batch it is gmpo).
 
     Settings that share a run: ``gmpo_mb2`` also runs rollout correction's bypass mode and
@@ -79,7 +79,6 @@ def planned_runs(base: list[str]) -> list[Run]:
             + [f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.28", f"{ACTOR}.loss_agg_mode=token-mean"],
         ),
         Run("legacy_decoupled", base + recorded + split(2) + DECOUPLED + [LEGACY]),
-        Run("legacy_bypass", base + recorded + split(2) + BYPASS + [LEGACY]),
     ]
 
 

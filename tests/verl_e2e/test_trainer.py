@@ -11,7 +11,10 @@ import math
 import pytest
 
 from .conftest import FIGURES
-from .harness import Run, relative_difference
+from .harness import BATCH_TIMEOUT_S, Run, relative_difference
+
+# the session's trainer runs are made in the first test that reads them; the batch has its own limit
+pytestmark = pytest.mark.timeout(BATCH_TIMEOUT_S + 120)
 
 # Invariance tolerance on max|params_a - params_b| / max|update| after one step.
 # The splits change only the order of float32 sums: per-token log-probs are recomputed with
