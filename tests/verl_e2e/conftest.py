@@ -91,8 +91,10 @@ def workdir(tmp_path_factory) -> str:
 def assets(workdir):
     with warnings.catch_warnings():
         # the stand-ins import verl's rollout replica, which imports Ray's state API from its
-        # deprecated location: Ray's DeprecationWarning, raised at import
+        # deprecated location: Ray's DeprecationWarning, raised at import; and verl's v1 trainer,
+        # whose engine package warns for each optional engine it lacks (torchtitan, megatron, ...)
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
         from verl_cpu import assets as task  # examples/ is put on sys.path above
 
     return task.build(os.path.join(workdir, "assets"))
