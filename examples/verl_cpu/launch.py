@@ -88,14 +88,19 @@ def prepare_environment() -> None:
 
 
 def compose(overrides: Sequence[str]):
-    """verl's ``ppo_trainer`` config with ``CPU_OVERRIDES`` then ``overrides``."""
+    """verl's ``ppo_trainer`` config with ``CPU_OVERRIDES`` then ``overrides`` (with
+    ``trainer.use_v1=false``, verl's own agent loop manager: ``agent_loop`` is the v1 trainer's)."""
     import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=[*CPU_OVERRIDES, *overrides])
+        config = hydra_compose(config_name="ppo_trainer", overrides=[*CPU_OVERRIDES, *overrides])
+    if not config.trainer.use_v1:
+        # the deprecated legacy trainer numbers its requests itself; AGENT_LOOP_MANAGER is the v1 one
+        config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = None
+    return config
 
 
 def transfer_queue_cpus(config) -> int:
