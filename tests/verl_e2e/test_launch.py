@@ -78,7 +78,7 @@ def test_bad_setting_exits_non_zero_with_a_message_naming_it(overrides, expected
 CHECKED_ACTOR = "actor_rollout_ref.actor._target_=gmpo_plugins.adapters.verl.checked_config.CheckedFSDPActorConfig"
 
 
-def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before_ray_starts():
+def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before_ray_starts(tmp_path):
     """verl's own ``python -m verl.trainer.main_ppo`` (no stand-ins): with the checked actor
     config, verl's ``validate_config`` builds it in the driver and the typo stops the run there."""
     start = time.monotonic()
@@ -92,6 +92,7 @@ def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before
             CHECKED_ACTOR,
             "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo_typo",
         ],
+        cwd=tmp_path,  # Hydra writes its outputs/ folder there
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
