@@ -7,7 +7,7 @@
                       (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
-    nox -s verl_e2e   verl 0.9.1 RayPPOTrainer.fit() on CPU with our losses (examples/verl_cpu)
+    nox -s verl_e2e   verl 0.9.1's default v1 trainer on CPU with our losses (examples/verl_cpu)
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
@@ -57,8 +57,9 @@ MYPY = "mypy==2.4.1"
 DOCS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8", "mkdocstrings-python")
 # verl 0.9.1 and what importing its workers needs (its verl-core extra)
 VERL_REQUIREMENTS = ("verl==0.9.1", "fastapi", "uvicorn")
-# what verl's trainer needs beyond that on CPU (verl_e2e, frameworks_e2e): its rollout router
-VERL_TRAINER_REQUIREMENTS = ("cachetools",)
+# what verl's trainer needs beyond that on CPU (verl_e2e, frameworks_e2e): its rollout router and
+# TransferQueue, the data system of its default (v1) trainer
+VERL_TRAINER_REQUIREMENTS = ("cachetools", "transferqueue==0.1.11")
 
 nox.options.error_on_missing_interpreters = True
 # pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's
@@ -207,9 +208,10 @@ def verl(session: nox.Session) -> None:
 
 @session(requires=["verl"])
 def verl_e2e(session: nox.Session) -> None:
-    """verl's real trainer on CPU (RayPPOTrainer.fit, engine workers, FSDP2 on gloo) with
-    loss_mode=gmpo and others: 2 steps, invariance over micro-batches and ranks, gspo/dapo/KL
-    steps, bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on the example
+    """verl's default v1 trainer on CPU (PPOTrainerSync.fit with TransferQueue, engine workers,
+    FSDP2 on gloo) with loss_mode=gmpo and others: 2 steps, invariance over micro-batches and
+    ranks, gspo/dapo steps, rollout correction (decoupled, bypass), one run of the deprecated
+    legacy trainer, bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on the example
     spec (TRL's side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share
     one). Stand-ins for the GPU parts: examples/verl_cpu. Runs in the verl session's
     virtualenv (nothing installed here)."""

@@ -2,13 +2,14 @@
 
     python examples/verl_gmpo_smoke.py [--steps N] [extra verl overrides ...]
 
-Needs verl 0.9.1, gmpo-plugins and cachetools in the environment (``nox -s verl --install-only`` makes
-one and keeps it: ``.nox/verl/bin/python examples/verl_gmpo_smoke.py``). Builds a tiny random Qwen2,
-its tokenizer and a toy dataset in a new temporary folder, then runs
-``python -m verl_cpu`` (examples/verl_cpu: verl's RayPPOTrainer.fit() with CPU stand-ins for
-the GPU platform, the vLLM server and NCCL) and prints verl's own console metric lines, one
-per step (``actor/pg_loss``, ``actor/gmpo/...``, ``critic/score/mean``, ...). The full log
-stays in the temporary folder, whose path is printed. Exit status: the trainer's.
+Needs verl 0.9.1, gmpo-plugins, cachetools and transferqueue in the environment (``nox -s verl
+--install-only`` makes one and keeps it: ``.nox/verl/bin/python examples/verl_gmpo_smoke.py``). Builds a
+tiny random Qwen2, its tokenizer and a toy dataset in a new temporary folder, then runs
+``python -m verl_cpu`` (examples/verl_cpu: verl's default v1 trainer, ``PPOTrainerSync.fit()``
+with TransferQueue, with CPU stand-ins for the GPU platform, the vLLM server and NCCL) and
+prints verl's own console metric lines, one per step (``actor/pg_loss``, ``actor/gmpo/...``,
+``critic/score/mean``, ...). The full log stays in the temporary folder, whose path is
+printed. Exit status: the trainer's.
 """
 
 from __future__ import annotations

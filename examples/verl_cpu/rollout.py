@@ -22,11 +22,13 @@ seeded from its prompt's token ids and its sample index among the samples of tha
 function every CPU rollout stand-in shares: two runs that differ only in how the actor splits
 the batch, and two frameworks holding the same weights, draw the same responses for each
 prompt. The sample index comes from the request id: with
-``actor_rollout_ref.rollout.full_determinism=true`` verl names each request ``det-<i>`` after
-its position in the rollout batch, which verl repeats ``rollout.n`` times interleaved, so the
-sample index is ``i % rollout.n`` whichever replica serves it. Without it (random request ids)
-each server counts the samples of each prompt since its last weight update, which is the same
-only with one replica.
+``actor_rollout_ref.rollout.full_determinism=true`` verl names each request ``det-<priority>``.
+The legacy trainer's priority is the sample's position in the rollout batch, which repeats each
+prompt ``rollout.n`` times interleaved; the v1 trainer sets none, and ``agent_loop`` (the CPU
+launcher's agent loop manager) sets it to the sample's index within its group. Either way the
+sample index is ``priority % rollout.n`` whichever replica serves it. Without full determinism
+(random request ids) each server counts the samples of each prompt since its last weight
+update, which is the same only with one replica.
 
 Optional: with ``VERL_CPU_SAVE_WEIGHTS=<dir>`` in the environment of verl's task runner (the
 process that launches the servers) each server saves every weight version it receives to

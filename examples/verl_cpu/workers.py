@@ -8,9 +8,8 @@ then finds the group initialised and keeps it.
 
 Installed through verl's extension points, with verl's code otherwise unchanged:
 ``ActorRolloutRefWorker.actor_worker_cls`` / ``ref_worker_cls`` (class attributes meant for
-subclassing) on ``GlooActorRolloutRefWorker``, and ``run_ppo(config, task_runner_class=...)``
-with ``CPUTaskRunner``, whose ``add_actor_rollout_worker`` maps verl's actor/rollout role to
-that worker (the rest is verl's ``TaskRunner``).
+subclassing) on ``GlooActorRolloutRefWorker``, which the v1 trainer ``trainer.CPUTrainerSync``
+(and the deprecated legacy task runner of ``legacy``) puts on verl's actor/rollout role.
 
 With ``GMPO_CPU_STEP_PARAMS`` set (``examples/optimiser_steps.py``), ``GlooTrainingWorker`` also
 saves the actor's parameters after each optimiser step of RL step 1: verl syncs its rollout
@@ -28,9 +27,7 @@ import os
 from typing import Any
 
 import optimiser_steps
-import ray
 import torch.distributed
-from verl.trainer.main_ppo_v0 import BaseTaskRunner, TaskRunner
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 
@@ -75,25 +72,3 @@ class GlooActorRolloutRefWorker(ActorRolloutRefWorker):
 
     actor_worker_cls = GlooTrainingWorker
     ref_worker_cls = GlooTrainingWorker
-
-
-class _CPUTaskRunner(BaseTaskRunner):
-    """verl's ``TaskRunner`` with the actor/rollout role mapped to ``GlooActorRolloutRefWorker``.
-
-    ``run`` is verl's ``TaskRunner.run`` (the function itself: the Ray actor class cannot be
-    subclassed directly).
-    """
-
-    run = TaskRunner.__ray_actor_class__.run
-
-    def add_actor_rollout_worker(self, config: Any) -> tuple[type, type]:
-        from verl.trainer.ppo.ray_trainer import Role
-
-        _, worker_group_cls = super().add_actor_rollout_worker(config)
-        for role in (Role.ActorRollout, Role.ActorRolloutRef):
-            if role in self.role_worker_mapping:
-                self.role_worker_mapping[role] = ray.remote(GlooActorRolloutRefWorker)
-        return GlooActorRolloutRefWorker, worker_group_cls
-
-
-CPUTaskRunner = ray.remote(_CPUTaskRunner)

@@ -5,7 +5,8 @@
 RUNS.json: ``{"runs": [{"name": ..., "overrides": [...], "output_dir": dir}, ...]}``; a run's
 metrics (verl's file logger) and weights (the CPU rollout server) go to its folder. Each
 run is exactly ``python -m verl_cpu <overrides>`` (examples/verl_cpu/launch.py: verl's
-``run_ppo`` with the CPU task runner, a fresh task runner and fresh workers per run); sharing
+``run_ppo`` with its v1 task runner, or the deprecated legacy one with ``trainer.use_v1=false``;
+a fresh task runner and fresh workers per run); sharing
 the driver and the Ray instance saves their start-up (about a third of a run). Between runs
 the driver waits until Ray has every resource back, so no run starts while the previous
 one's actors are still being torn down, and removes its placement groups (Ray ties them to
@@ -66,7 +67,6 @@ def main(path: str) -> int:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl_cpu.rollout import SAVE_WEIGHTS_ENV  # type: ignore[import-not-found]
-    from verl_cpu.workers import CPUTaskRunner  # type: ignore[import-not-found]
 
     failures = 0
     total = None
@@ -83,8 +83,12 @@ def main(path: str) -> int:
             )
             output = run["output_dir"]
             os.makedirs(output, exist_ok=True)
-            env_vars = {SAVE_WEIGHTS_ENV: output, "VERL_FILE_LOGGER_PATH": os.path.join(output, "metrics.jsonl")}
-            runner = CPUTaskRunner.options(runtime_env={"env_vars": env_vars})
+            env_vars = {
+                SAVE_WEIGHTS_ENV: output,
+                "VERL_FILE_LOGGER_PATH": os.path.join(output, "metrics.jsonl"),
+                "GMPO_RECORD_DIR": os.path.join(output, "loss_calls"),  # recording_loss.py
+            }
+            runner = launch.task_runner(config).options(runtime_env={"env_vars": env_vars})
             run_ppo(config, task_runner_class=runner)
             del runner
             status = "ok"

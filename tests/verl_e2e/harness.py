@@ -41,7 +41,7 @@ def common_overrides(assets, workdir: str, ray_dir: str) -> list[str]:
     return [
         *assets.overrides(),
         f"+ray_kwargs.ray_init._temp_dir={ray_dir}",
-        "ray_kwargs.ray_init.num_cpus=8",
+        "ray_kwargs.ray_init.num_cpus=9",  # 2 ranks x 3, the task runner, TransferQueue (controller, 1 unit)
         "+ray_kwargs.ray_init.num_gpus=2",
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=false",

@@ -1,4 +1,4 @@
-"""``gmpo-plugins frameworks SPEC --frameworks verl``: verl's own trainer (RayPPOTrainer.fit,
+"""``gmpo-plugins frameworks SPEC --frameworks verl``: verl's own default trainer (v1 PPOTrainerSync.fit,
 with the CPU stand-ins of examples/verl_cpu where there is no GPU) trains the example spec
 in a subprocess; verl's file-logger metrics come back per RL step in the run's vocabulary;
 a verl run that fails leaves an incomplete report, the other framework's results kept,

@@ -52,10 +52,18 @@ def launch(*overrides: str) -> tuple[int, str, float]:
         ),
         (
             ["actor_rollout_ref.actor.policy_loss.loss_mode=gmpo", "ray_kwargs.ray_init.num_cpus=2"],
-            ["ray_kwargs.ray_init.num_cpus=2", "wait forever", "at least 4"],
+            ["ray_kwargs.ray_init.num_cpus=2", "wait forever", "at least 6"],  # 3 + task runner + TransferQueue 2
+        ),
+        (
+            [
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo",
+                "algorithm.rollout_correction.bypass_mode=true",
+                "algorithm.rollout_correction.rollout_is=token",
+            ],
+            ["algorithm.rollout_correction.rollout_is=token", "bypass_mode=true", "loss_mode=gmpo"],
         ),
     ],
-    ids=["unknown-loss", "clip-ratio-low-zero", "too-few-ray-cpus"],
+    ids=["unknown-loss", "clip-ratio-low-zero", "too-few-ray-cpus", "bypass-is-weights-under-a-registry-loss"],
 )
 def test_bad_setting_exits_non_zero_with_a_message_naming_it(overrides, expected):
     code, output, seconds = launch(*overrides)
@@ -65,3 +73,34 @@ def test_bad_setting_exits_non_zero_with_a_message_naming_it(overrides, expected
         assert text in output, f"{text!r} not in the output; last line: {last}"
     assert "Started a local Ray instance" not in output  # refused before Ray starts
     print(f"{overrides[-1]}: exit {code} after {seconds:.1f} s: {last}")
+
+
+CHECKED_ACTOR = "actor_rollout_ref.actor._target_=gmpo_plugins.adapters.verl.checked_config.CheckedFSDPActorConfig"
+
+
+def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before_ray_starts(tmp_path):
+    """verl's own ``python -m verl.trainer.main_ppo`` (no stand-ins): with the checked actor
+    config, verl's ``validate_config`` builds it in the driver and the typo stops the run there."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            *ASSETS,
+            "algorithm.adv_estimator=grpo",
+            CHECKED_ACTOR,
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo_typo",
+        ],
+        cwd=tmp_path,  # Hydra writes its outputs/ folder there
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    output = proc.stdout
+    assert proc.returncode != 0, output[-3000:]
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo_typo: Unsupported loss mode" in output
+    assert "'gmpo'" in output  # the available names, ours among them
+    assert "Started a local Ray instance" not in output and "ray init kwargs" not in output
+    print(f"main_ppo, loss_mode=gmpo_typo: exit {proc.returncode} after {time.monotonic() - start:.1f} s")

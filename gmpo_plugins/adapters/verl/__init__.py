@@ -15,7 +15,10 @@ side effect of the import. Users who disable plugin autoloading
         actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
 
 Modules: ``options`` (config fields -> hyper-parameters and BatchInfo, refusals),
-``checks`` (``check_policy_loss``: the same refusals on a composed config, before training),
+``checks`` (``check_policy_loss``: the same refusals on a composed config, before training,
+and the ``algorithm.rollout_correction`` settings verl would not apply to a registry loss),
+``checked_config`` (verl's FSDP actor config running that check when verl's driver builds it;
+not imported here),
 ``metrics`` (metric names), ``policy_loss`` (the function verl calls), ``registration``
 (names, no shadowing). ``python -m gmpo_plugins.adapters.verl`` prints the name table.
 """

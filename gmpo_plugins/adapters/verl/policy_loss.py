@@ -16,16 +16,22 @@ and back-propagates the loss unscaled. The function built here only translates:
 and calls ``spec(inputs, batch, **hparams)``: the loss math is the registry's. ``T`` may
 differ between micro-batches (verl pads each to its own longest response); no
 translation depends on it.
+
+The first call in a process (rank 0) logs which rollout correction reached the loss
+(``say_rollout_correction``): verl's IS weights (decoupled ``algorithm.rollout_correction``),
+or none, with what bypass mode does not apply to a registry loss (checks.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
+from gmpo_plugins.adapters.hparam_sources import make_visible, rank
 from gmpo_plugins.adapters.verl.metrics import verl_metrics
 from gmpo_plugins.adapters.verl.options import batch_info_from_config, hparams_from_config
 from gmpo_plugins.core.spec import LossSpec
@@ -34,6 +40,31 @@ from gmpo_plugins.core.types import LossInputs
 MARKER = "__gmpo_plugins_loss__"
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+logger = logging.getLogger(__name__)
+_said: set[str] = set()
+
+
+def say_rollout_correction(loss_mode: str, rollout_is_weights: torch.Tensor | None) -> None:
+    """Log once per process and ``loss_mode`` (rank 0) whether verl passed IS weights."""
+    if loss_mode in _said:
+        return
+    _said.add(loss_mode)
+    if rank() != 0:
+        return
+    make_visible()
+    if rollout_is_weights is not None:
+        what = (
+            f"verl's, shape {tuple(rollout_is_weights.shape)} (decoupled algorithm.rollout_correction: each "
+            "token's term multiplied once; its rejections are zeros in response_mask)"
+        )
+    else:
+        what = (
+            "none (algorithm.rollout_correction.rollout_is null, or bypass_mode=true: then old_log_prob is the "
+            "rollout's log-probs and verl's rollout_is, rollout_rs and loss_type=reinforce do not apply to a "
+            "registry loss)"
+        )
+    logger.info("gmpo_plugins: verl loss_mode=%s: rollout_is_weights: %s", loss_mode, what)
 
 
 def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
@@ -50,6 +81,7 @@ def make_policy_loss(spec: LossSpec, loss_mode: str) -> PolicyLossFn:
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         hparams = hparams_from_config(spec, config, loss_agg_mode, loss_mode)
+        say_rollout_correction(loss_mode, rollout_is_weights)
         inputs = LossInputs(
             log_probs=log_prob,
             old_log_probs=old_log_prob,
