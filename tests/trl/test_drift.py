@@ -49,7 +49,7 @@ def _trainer(model_dir, tmp_path, tokenizer, prompts, **config):
     ("drift", "what"),
     [
         (routed_around, "GRPOTrainer.compute_loss never called RegistryGRPOTrainer._compute_loss"),
-        (other_tensor, "the tensor TRL back-propagated does not depend on the registry loss"),
+        (other_tensor, "the tensor TRL back-propagates does not depend on the registry loss"),
     ],
 )
 def test_a_loss_routed_around_the_registry_is_refused_naming_the_version(
