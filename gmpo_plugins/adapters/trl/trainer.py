@@ -138,7 +138,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
             proof.check(loss)
             backward(loss, **kwargs)
 
-        self.accelerator.backward = checked_backward  # type: ignore[method-assign]
+        self.accelerator.backward = checked_backward
         try:
             output = super().training_step(model, inputs, num_items_in_batch)
         finally:
