@@ -29,8 +29,8 @@ The switch is kept next to TRL's own chunked head because that head is not as go
 the time and 14x the extra memory of ``fused_linear_loss`` at V = 152K, H = 1024, 4096 positions:
 ``gmpo-plugins bench --fused-linear``, docs/performance.md).
 
-The first training step proves that the loss TRL back-propagated is the registry's
-(``proof``), and a TRL outside the tested range warns once (``upstream``).
+The first training step proves, before its backward pass, that the loss TRL back-propagates
+is the registry's (``proof``), and a TRL outside the tested range warns once (``upstream``).
 
 Hyper-parameters and refusals: ``options``; normalisation: ``normalisation``; metric
 names: ``metrics``. No loss math here.
