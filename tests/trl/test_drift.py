@@ -1,5 +1,6 @@
 """TRL drift: a GRPOTrainer that does not back-propagate the registry loss is refused on the
-first training step, naming the TRL version, before any weight changes.
+first training step, naming the TRL version, before its backward pass (so before any weight
+changes, also where the optimizer steps inside ``accelerator.backward``, as DeepSpeed's does).
 
 The drift is simulated in TRL's own class (``trl.GRPOTrainer.compute_loss`` replaced for the
 test), in real ``trainer.train()`` runs on CPU:
@@ -49,7 +50,7 @@ def _trainer(model_dir, tmp_path, tokenizer, prompts, **config):
     ("drift", "what"),
     [
         (routed_around, "GRPOTrainer.compute_loss never called RegistryGRPOTrainer._compute_loss"),
-        (other_tensor, "the tensor TRL back-propagated does not depend on the registry loss"),
+        (other_tensor, "the tensor TRL back-propagates does not depend on the registry loss"),
     ],
 )
 def test_a_loss_routed_around_the_registry_is_refused_naming_the_version(
@@ -68,8 +69,45 @@ def test_a_loss_routed_around_the_registry_is_refused_naming_the_version(
     print(message)
 
 
+def step_inside_backward(trainer) -> None:
+    """Stands in for accelerate's DeepSpeed path, which needs DeepSpeed (not installed here, and
+    accelerate selects it only for GPU-like devices): ``Accelerator.backward`` there runs
+    ``DeepSpeedEngineWrapper.backward``, the engine's backward pass and then, at the accumulation
+    boundary, ``engine.step()``, so the update is applied inside ``accelerator.backward``. Here the
+    trainer's own optimizer steps inside it the same way."""
+    backward = trainer.accelerator.backward
+
+    def backward_then_step(loss, **kwargs):
+        backward(loss, **kwargs)
+        if trainer.accelerator.sync_gradients:
+            trainer.optimizer.step()
+
+    trainer.accelerator.backward = backward_then_step
+
+
+@pytest.mark.parametrize("drift", [routed_around, other_tensor])
+def test_the_refusal_comes_before_an_update_applied_inside_backward(
+    drift, monkeypatch, model_dir, tmp_path, tokenizer, prompts
+):
+    """gradient_accumulation_steps=1: every backward pass is at the boundary, so an engine that
+    steps inside ``accelerator.backward`` would apply the first update of TRL's own loss before
+    a check made after the backward pass. The proof decides before the backward pass: no weight
+    changes."""
+    trainer = _trainer(model_dir, tmp_path, tokenizer, prompts, epsilon=0.4, optim="sgd")
+    step_inside_backward(trainer)
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", drift)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    with pytest.raises(UpstreamDriftError, match="Refused before the backward pass and any optimizer step"):
+        trainer.train()
+    assert all(torch.equal(p.detach(), before[name]) for name, p in trainer.model.named_parameters())
+    assert all(p.grad is None or not p.grad.any() for p in trainer.model.parameters())  # no backward pass ran
+
+
 @pytest.mark.parametrize("config", [{}, {"gradient_accumulation_steps": 2}])
 def test_the_installed_trl_back_propagates_the_registry_loss(config, model_dir, tmp_path, tokenizer, prompts):
     trainer = _trainer(model_dir, tmp_path, tokenizer, prompts, epsilon=0.4, **config)
+    step_inside_backward(trainer)
+    stand_in = trainer.accelerator.backward
     trainer.train()
     assert trainer._loss_proven and trainer.state.global_step == 2
+    assert trainer.accelerator.backward is stand_in  # the proof's interception ended with the first step

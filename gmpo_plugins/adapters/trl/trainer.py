@@ -20,14 +20,17 @@ With ``use_liger_kernel=True`` (TRL's switch, which also applies Liger's layer k
 transformers) the log-probs are not computed first: the backbone's last hidden states at the
 positions that predict the completion and the ``lm_head`` weight go to
 ``gmpo_plugins.fused_linear_loss``, which calls the same registry loss without the
-(B, T, V) logits (``old`` missing: the current log-probs, detached, as above). The backbone is
-called on the unwrapped model, as TRL's own chunked losses do (``_get_last_hidden_state``).
+(B, T, V) logits (``old`` missing: the current log-probs, detached, as above). That call runs
+inside the prepared model's own forward, through TRL's ``_ForwardRedirection`` (as TRL's
+distillation loss runs its chunked head): DDP arms its gradient all-reduce and FSDP gathers the
+root-owned parameters (embedding, ``lm_head``) exactly as for the unfused path's forward.
+DeepSpeed ZeRO-3 is refused on this path (``_refuse_zero3``).
 The switch is kept next to TRL's own chunked head because that head is not as good on CPU (1.26x
 the time and 14x the extra memory of ``fused_linear_loss`` at V = 152K, H = 1024, 4096 positions:
 ``gmpo-plugins bench --fused-linear``, docs/performance.md).
 
-The first training step proves that the loss TRL back-propagated is the registry's
-(``proof``), and a TRL outside the tested range warns once (``upstream``).
+The first training step proves, before its backward pass, that the loss TRL back-propagates
+is the registry's (``proof``), and a TRL outside the tested range warns once (``upstream``).
 
 Hyper-parameters and refusals: ``options``; normalisation: ``normalisation``; metric
 names: ``metrics``. No loss math here.
@@ -35,12 +38,16 @@ names: ``metrics``. No loss math here.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import _ForwardRedirection
 from trl.trainer.utils import get_config_model_id
 
 from gmpo_plugins.adapters._common import value_checks_enabled
@@ -49,7 +56,7 @@ from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
 from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hparams_from_args
 from gmpo_plugins.adapters.trl.proof import LossProof
 from gmpo_plugins.adapters.upstream import warn_if_untested
-from gmpo_plugins.core.fused_linear import fused_linear_loss
+from gmpo_plugins.core.fused_linear import FusedLinearOutput, fused_linear_loss
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
@@ -98,6 +105,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-{loss}")
         warn_if_untested("trl")
+        _refuse_zero3(args)
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
         self._proof: LossProof | None = None
@@ -117,16 +125,28 @@ class RegistryGRPOTrainer(GRPOTrainer):
         return ratio.squeeze(-1) if self.vllm_importance_sampling_mode in SEQUENCE_IS_MODES else ratio
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
-        """GRPOTrainer's training step; the first one also proves that it back-propagated the
-        registry loss (``proof``: UpstreamDriftError naming the TRL version otherwise)."""
+        """GRPOTrainer's training step; the first one also proves, before its backward pass, that
+        it back-propagates the registry loss (``proof``: UpstreamDriftError naming the TRL
+        version otherwise). For that step only, this trainer's ``accelerator.backward`` checks
+        the tensor it is given first."""
         if self._loss_proven:
             return super().training_step(model, inputs, num_items_in_batch)
-        self._proof = LossProof(self.loss_spec.name)
+        proof = self._proof = LossProof(self.loss_spec.name)
+        backward, own = self.accelerator.backward, vars(self.accelerator).get("backward")
+
+        def checked_backward(loss: torch.Tensor, **kwargs: Any) -> None:
+            proof.check(loss)
+            backward(loss, **kwargs)
+
+        self.accelerator.backward = checked_backward
         try:
             output = super().training_step(model, inputs, num_items_in_batch)
-            proof = self._proof
         finally:
             self._proof = None
+            if own is None:
+                del self.accelerator.backward  # the class's method again
+            else:
+                self.accelerator.backward = own
         proof.verify()
         self._loss_proven = True
         return output
@@ -201,8 +221,30 @@ class RegistryGRPOTrainer(GRPOTrainer):
         batch: BatchInfo,
     ) -> tuple[LossOutput, torch.Tensor]:
         """The registry loss from the backbone's hidden states and the lm_head (module
-        docstring), and the (B, T) entropies."""
+        docstring), and the (B, T) entropies, computed inside ``model``'s forward (``model``:
+        the prepared model, a DDP wrapper, an FSDP module or the model itself).
+
+        The loss tensor leaves the wrapper's forward as a tensor output of its own, so DDP finds
+        it (its unused-parameter search and backward hooks) and the returned loss is that output.
+        The arguments reach the call by closure, not through the wrapper's forward, which would
+        move or cast them (FSDP's mixed precision casts floating inputs)."""
         unwrapped = self.accelerator.unwrap_model(model)
+        call = functools.partial(self._hidden_state_loss, unwrapped, inputs, input_ids, attention_mask, mask, batch)
+        loss, out = _ForwardRedirection()(model, unwrapped, call)
+        return dataclasses.replace(out, loss=loss), out.entropy
+
+    def _hidden_state_loss(
+        self,
+        unwrapped: Any,
+        inputs: Mapping[str, Any],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mask: torch.Tensor,
+        batch: BatchInfo,
+    ) -> tuple[torch.Tensor, FusedLinearOutput]:
+        """(loss, output) of ``fused_linear_loss`` on the backbone's last hidden states and the
+        lm_head of the unwrapped model (run inside the prepared model's forward:
+        ``_fused_linear_loss``)."""
         if is_peft_model(unwrapped):
             unwrapped = unwrapped.base_model.model
         forward = {key: inputs[key] for key in FORWARD_KEYS if inputs.get(key) is not None}
@@ -227,4 +269,17 @@ class RegistryGRPOTrainer(GRPOTrainer):
             validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
             **self.loss_hparams,
         )
-        return out, out.entropy
+        return out.loss, out
+
+
+def _refuse_zero3(args: GRPOConfig) -> None:
+    """UnsupportedTRLOptionError for ``use_liger_kernel=True`` under DeepSpeed ZeRO-3 (read as
+    TRL reads it, from the DeepSpeed config the arguments registered): ZeRO-3 materialises the
+    lm_head weight only inside the head's own forward, and the fused-linear backward reads
+    that weight again after the forward has released it."""
+    if args.use_liger_kernel and is_deepspeed_zero3_enabled():
+        raise UnsupportedTRLOptionError(
+            "use_liger_kernel=True with DeepSpeed ZeRO-3: the registry's fused-linear path reads the lm_head "
+            "weight again in its backward pass, where ZeRO-3 has partitioned it; set use_liger_kernel=False "
+            "(TRL's fused LM head, which gathers the head under ZeRO-3), or use ZeRO-1/2 or FSDP"
+        )

@@ -1,0 +1,188 @@
+"""``use_liger_kernel=True`` on two real processes (gloo, CPU): the hidden-state path runs
+inside the prepared model's forward, so the data-parallel wrapper does its work.
+
+    DDP     accelerate's multi-CPU DDP (what ``accelerate launch`` gives on CPU), one real
+            ``trainer.train()`` step per loss (gmpo, grpo) and path (fused, unfused): the
+            ranks train on different completions, and after the step their parameters are
+            equal, and equal to the unfused path's. A hidden-state forward outside the DDP
+            wrapper leaves each rank with its own gradient, so the ranks' parameters differ.
+    FSDP2   accelerate selects FSDP only for GPU-like devices, so torch's own ``fully_shard``
+            (each decoder layer, then the root, which owns the embedding and the lm_head) wraps
+            the trainer's model on a CPU mesh, and the trainer's ``_compute_loss`` runs on each
+            rank's half of a micro-batch: the averaged (reduce-scattered) gradient equals one
+            process's unfused gradient of the whole micro-batch.
+
+Both run in one spawn of two workers (the start-up of two processes importing TRL is most of
+the cost); each scenario records its outcome or its traceback, and the tests below read them.
+Liger's layer kernels need a GPU: ``liger_kernel_config`` switches them off (as in
+``test_fused_linear``), so the fused and unfused trainers run the same model code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from .test_fused_linear import LAYER_KERNELS_OFF, LIGER_DEPRECATED
+from .tiny import PROMPTS, build_tokenizer, count_digits_reward, grpo_config, micro_batch
+
+pytest.importorskip("liger_kernel")
+
+WORLD = 2
+ROWS = 6
+LOSSES = ("gmpo", "grpo")
+CONFIG = {
+    "gmpo": {"epsilon": 0.4, "beta": 0.04, "use_bias_correction_kl": False},
+    "grpo": {"epsilon": 0.2, "beta": 0.0},
+}
+
+
+def _trainer(model_dir: str, output_dir: str, loss: str, liger: bool, reward=count_digits_reward, **config):
+    from datasets import Dataset
+
+    from gmpo_plugins.adapters.trl import RegistryGRPOTrainer
+
+    extra = {"use_liger_kernel": True, "liger_kernel_config": dict(LAYER_KERNELS_OFF)} if liger else {}
+    return RegistryGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward,
+        args=grpo_config(output_dir, **CONFIG[loss], **extra, **config),
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS * 2}),
+        processing_class=build_tokenizer(),
+        loss=loss,
+    )
+
+
+def _ddp_step(model_dir: str, out_dir: str, loss: str, liger: bool) -> dict:
+    """One ``trainer.train()`` step; the parameters after it and the completions this rank scored."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    seen: list[str] = []
+
+    def digits(completions, **kwargs):
+        seen.extend(completions)
+        return count_digits_reward(completions)
+
+    trainer = _trainer(model_dir, out_dir, loss, liger, digits, max_steps=1, optim="sgd")
+    trainer.train()
+    assert isinstance(trainer.model_wrapped, DistributedDataParallel)
+    return {"params": {n: p.detach().clone() for n, p in trainer.model.named_parameters()}, "completions": seen}
+
+
+def _fsdp_grads(model_dir: str, out_dir: str, loss: str, rank: int) -> dict:
+    """``_compute_loss`` of this rank's half of a micro-batch under FSDP2; the full gradients."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    trainer = _trainer(model_dir, out_dir, loss, True)
+    inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)  # the same on both ranks
+    half = slice(rank * ROWS // WORLD, (rank + 1) * ROWS // WORLD)
+    shard = {key: (value[half] if key != "num_items_in_batch" else value) for key, value in inputs.items()}
+    model = trainer.model
+    mesh = init_device_mesh("cpu", (WORLD,))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    trainer._compute_loss(model, shard).backward()
+    return {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+
+
+def _worker(rank: int, model_dir: str, out_dir: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        TRL_EXPERIMENTAL_SILENCE="1",
+    )
+    import warnings
+
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # TRL: use_liger_kernel is deprecated
+    torch.set_num_threads(1)  # two processes on the machine's cores, not each on all of them
+    # a file rendezvous (no TCP port to collide with); accelerate uses an existing group
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{out_dir}/rendezvous",
+        rank=rank,
+        world_size=WORLD,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    results: dict = {}
+    scenarios = [("ddp", loss, liger) for loss in LOSSES for liger in (True, False)]
+    scenarios += [("fsdp", loss, True) for loss in LOSSES]
+    for kind, loss, liger in scenarios:
+        run_dir = os.path.join(out_dir, f"{kind}-{loss}-{liger}-rank{rank}")
+        try:
+            if kind == "ddp":
+                results[kind, loss, liger] = _ddp_step(model_dir, run_dir, loss, liger)
+            else:
+                results[kind, loss, liger] = _fsdp_grads(model_dir, run_dir, loss, rank)
+        except Exception:  # noqa: BLE001 - recorded; the tests report it, and the next scenario still runs
+            results[kind, loss, liger] = traceback.format_exc()
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ranks(model_dir, tmp_path_factory) -> list[dict]:
+    out_dir = tmp_path_factory.mktemp("two-processes")
+    mp.spawn(_worker, args=(model_dir, str(out_dir)), nprocs=WORLD, join=True)
+    return [torch.load(out_dir / f"rank{rank}.pt") for rank in range(WORLD)]
+
+
+def _outcome(ranks: list[dict], *key) -> list:
+    outcomes = [result[key] for result in ranks]
+    for rank, outcome in enumerate(outcomes):
+        assert not isinstance(outcome, str), f"rank {rank}, {key}:\n{outcome}"
+    return outcomes
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_ddp_step_keeps_the_ranks_equal_and_equals_the_unfused_step(loss, ranks):
+    """Equal across ranks: exactly (DDP all-reduces one gradient, every rank applies it).
+    Fused against unfused: float32, the two paths sum the lm_head products in other orders
+    (~1e-6 on a gradient entry), one SGD step at lr 1e-2 moves a parameter by lr * grad: within
+    1e-7 (as in ``test_fused_linear``)."""
+    fused = _outcome(ranks, "ddp", loss, True)
+    unfused = _outcome(ranks, "ddp", loss, False)
+    assert fused[0]["completions"] != fused[1]["completions"]  # the ranks' gradients differ before the all-reduce
+    moved = 0.0
+    for name, value in unfused[0]["params"].items():
+        assert torch.equal(fused[0]["params"][name], fused[1]["params"][name]), f"fused path, ranks differ: {name}"
+        assert torch.equal(value, unfused[1]["params"][name]), f"unfused path, ranks differ: {name}"
+        torch.testing.assert_close(fused[0]["params"][name], value, rtol=1e-6, atol=1e-7, msg=name)
+        moved = max(moved, (value - fused[0]["params"][name]).abs().max().item())
+    print(f"{loss}: fused vs unfused parameters after one DDP step differ by at most {moved:.2e}")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_fsdp2_gradient_equals_one_process_on_the_whole_batch(loss, ranks, model_dir, tmp_path):
+    """FSDP2 averages the ranks' gradients (reduce-scatter); each rank's loss is normalised by
+    the global batch, so the average is one process's gradient of the whole micro-batch. float32,
+    fused against unfused (summation order): within 1e-6 (as ``test_data_parallel``)."""
+    grads = _outcome(ranks, "fsdp", loss, True)
+    single = _trainer(model_dir, str(tmp_path), loss, False)
+    inputs = micro_batch(single, seed=11, batch=ROWS, spread=0.35)
+    single.model.train()
+    single.current_gradient_accumulation_steps = 1
+    single._compute_loss(single.model, inputs).backward()
+    reference = {name: p.grad for name, p in single.model.named_parameters()}
+    assert reference.keys() == grads[0].keys()
+    difference = max((grads[0][name] - value).abs().max().item() for name, value in reference.items())
+    print(f"{loss}: FSDP2 fused gradient vs one process unfused: {difference:.2e}")
+    assert difference <= 1e-6
+    assert all(torch.equal(grads[0][name], grads[1][name]) for name in reference)
+    assert min(value.abs().max().item() for value in reference.values()) > 0  # every parameter gets a gradient
+
+
+pytestmark = pytest.mark.filterwarnings(LIGER_DEPRECATED)
