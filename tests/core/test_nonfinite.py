@@ -62,6 +62,8 @@ def _batch() -> dict[str, torch.Tensor]:
         "mask": mask,
         "ref_log_probs": old + 0.1,
         "rollout_is_weights": 0.5 + torch.rand(B, T, generator=g),
+        "rollout_log_probs": old - 0.05,  # given to a loss that requires it (LossSpec.requires)
+        "rewards": torch.tensor([1.0, 0.0, -1.0]),
     }
 
 
@@ -77,8 +79,13 @@ def _poisoned(name: str, kind: float, path: str) -> dict[str, torch.Tensor]:
 
 
 def _run(loss: str, path: str, tensors: dict[str, torch.Tensor], validate: bool) -> tuple[torch.Tensor, dict]:
-    """The loss and metrics of ``loss`` on ``path`` (kl_beta 0.1: the reference is used)."""
+    """The loss and metrics of ``loss`` on ``path`` (kl_beta 0.1: the reference is used). A loss
+    that requires an optional input gets it; one whose own correction computes IS weights runs
+    with ``rollout_is=None``, so that the given IS weights are its."""
     spec = get_loss(loss)
+    extra: dict = {name: tensors[name] for name in spec.requires}
+    if spec.correction.get("rollout_is") is not None:
+        extra["rollout_is"] = None
     if path == "fused_linear":
         out = fused_linear_loss(
             loss,
@@ -92,6 +99,7 @@ def _run(loss: str, path: str, tensors: dict[str, torch.Tensor], validate: bool)
             rollout_is_weights=tensors["rollout_is_weights"],
             validate=validate,
             kl_beta=0.1,
+            **extra,
         )
         return out.loss, out.metrics
     names = ("log_probs", "old_log_probs", "advantages", "mask", "ref_log_probs", "rollout_is_weights")
@@ -101,7 +109,9 @@ def _run(loss: str, path: str, tensors: dict[str, torch.Tensor], validate: bool)
 
     def step(*args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         impl = None if path == "compiled" else path
-        out = spec(LossInputs(*args), BatchInfo(), validate=validate, impl=impl, kl_beta=0.1)
+        inputs = LossInputs(*args, **{name: extra[name].to(device) for name in spec.requires})
+        hparams = {key: value for key, value in extra.items() if key not in spec.requires}
+        out = spec(inputs, BatchInfo(), validate=validate, impl=impl, kl_beta=0.1, **hparams)
         return out.loss, out.metrics
 
     if path == "compiled":
