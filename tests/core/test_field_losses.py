@@ -288,3 +288,29 @@ def test_prime_rl_losses_are_split_invariant_and_nonfinite_stays_nonfinite(name)
     inputs.old_log_probs[1, 0] = math.nan  # the token is masked, its KL term stays NaN
     out, grad = value_and_grad(name, inputs, validate=False)
     assert not torch.isfinite(out.loss) and not torch.isfinite(grad).all()
+
+
+# ---------------------------------------------------------------- verl's extra KL estimators
+
+
+@pytest.mark.parametrize("estimator", ["abs", "k1+", "k3+", "abs+"])
+def test_extra_kl_estimators_hand_values_and_nonfinite(estimator):
+    # one token, A = 0 (no policy term), d = ref - new = -0.5: abs 0.5, k1 0.5, k3 e^-.5 + .5 - 1;
+    # gradient w.r.t. log pi: abs: sign(new - ref) = 1; "+" forms: k2's, -d = 0.5
+    value = {"abs": 0.5, "k1": 0.5, "k3": math.exp(-0.5) - 0.5}[estimator.rstrip("+")]
+    slope = 1.0 if estimator == "abs" else 0.5
+    inputs = LossInputs(
+        f64([[-1.0]], grad=True),
+        f64([[-1.0]]),
+        f64([0.0]),
+        torch.ones(1, 1, dtype=torch.bool),
+        ref_log_probs=f64([[-1.5]]),
+    )
+    out, grad = value_and_grad("grpo", inputs, kl_beta=1.0, kl_estimator=estimator)
+    assert out.loss.item() == pytest.approx(value, rel=1e-12)
+    assert grad.item() == pytest.approx(slope, rel=1e-12)
+    inputs.ref_log_probs[0, 0] = math.nan
+    out, grad = value_and_grad("dapo", inputs, kl_beta=1.0, kl_estimator=estimator, validate=False)
+    assert not torch.isfinite(out.loss)
+    if estimator.endswith("+"):  # k2's gradient d carries the NaN (abs's, like k1's, is a sign)
+        assert not torch.isfinite(grad).all()
