@@ -11,6 +11,9 @@ the setting that selects the registry's, or the reason it is refused:
     SkyRL     ``policy_loss_type=<name>`` (prefixed where SkyRL ships the name); refused for
               a loss not ``linear_in_advantages`` (SkyRL pre-scales the advantages)
 
+A loss that ``requires`` an optional input (``LossSpec.requires``) no adapter passes yet is
+refused in every framework: the call raises the core's ValueError naming the input.
+
 The names follow the registration rule (``names.PREFIX``) as the frameworks installed here
 ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the table
 (docs/losses.md shows it).
@@ -40,6 +43,9 @@ def cell(spec: LossSpec, framework: str) -> str:
     """One table cell: ``native: ...; `setting` `` or ``refused: why``."""
     native = _native(spec, framework)
     own = f"native: {', '.join(native)}; " if native else ""
+    if spec.requires:
+        needs = ", ".join(f"`{name}`" for name in spec.requires)
+        return f"{own}refused: needs {needs}, which the adapter does not pass"
     name = _name(spec, framework)
     if framework == "verl":
         return f"{own}`loss_mode={name}`"

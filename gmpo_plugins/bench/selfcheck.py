@@ -76,7 +76,7 @@ def impl_choices() -> dict[str, dict[str, str]]:
 
 
 def _loss_and_grad(spec: LossSpec, device: str, impl: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    case = make_case(*SHAPE, torch.float32, torch.device(device), seed=1)
+    case = make_case(*SHAPE, torch.float32, torch.device(device), seed=1, requires=spec.requires)
     if impl is None:
         out = spec(case.inputs, case.batch)
     else:

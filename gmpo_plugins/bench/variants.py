@@ -39,9 +39,17 @@ class Case:
         self.inputs.log_probs.grad = None
 
 
-def make_case(batch_size: int, length: int, dtype: torch.dtype, device: torch.device, seed: int = 0) -> Case:
+def make_case(
+    batch_size: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    seed: int = 0,
+    requires: tuple[str, ...] = (),
+) -> Case:
     """Log ratios ~ N(0, 0.3^2), row i valid on its first L_i tokens with L_i uniform in
-    [T/2, T], advantages (B,) ~ N(0, 1)."""
+    [T/2, T], advantages (B,) ~ N(0, 1); the optional inputs ``requires`` names
+    (``LossSpec.requires``): rollout log-probs ~ old + N(0, 0.1^2), rewards (B,) in {0, 1}."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     old = -3.0 * torch.rand(batch_size, length, generator=g)
     log_probs = old + 0.3 * torch.randn(batch_size, length, generator=g)
@@ -54,6 +62,11 @@ def make_case(batch_size: int, length: int, dtype: torch.dtype, device: torch.de
         advantages=advantages.to(device=device, dtype=dtype),
         mask=mask.to(device),
     )
+    if "rollout_log_probs" in requires:
+        rollout = old + 0.1 * torch.randn(batch_size, length, generator=g)
+        inputs.rollout_log_probs = rollout.to(device=device, dtype=dtype)
+    if "rewards" in requires:
+        inputs.rewards = (torch.rand(batch_size, generator=g) < 0.5).to(device=device, dtype=dtype)
     return Case(inputs, BatchInfo(dp_size=1, global_batch_size=batch_size))
 
 

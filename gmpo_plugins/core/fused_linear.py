@@ -251,6 +251,8 @@ def fused_linear_loss(
     bias: torch.Tensor | None = None,
     ref_log_probs: torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    rollout_log_probs: torch.Tensor | None = None,
+    rewards: torch.Tensor | None = None,
     temperature: float = 1.0,
     chunk_size: int | None = None,
     validate: bool = True,
@@ -271,6 +273,8 @@ def fused_linear_loss(
         bias: (V,) ``lm_head`` bias, if the head has one.
         ref_log_probs: (B, T) reference log-probs for a KL term, as ``LossInputs``.
         rollout_is_weights: (B, T) or (B,), as ``LossInputs``.
+        rollout_log_probs: (B, T), as ``LossInputs``.
+        rewards: (B,), as ``LossInputs``.
         temperature: the logits are divided by it before the softmax.
         chunk_size: positions per chunk of logits (None: ``default_chunk_size(V, B * T)``).
         validate: also check values (target ids in range, hidden states finite at valid
@@ -301,7 +305,9 @@ def fused_linear_loss(
     if old_log_probs is None:
         old_log_probs = log_probs.detach()
     out = spec(
-        LossInputs(log_probs, old_log_probs, advantages, mask, ref_log_probs, rollout_is_weights),
+        LossInputs(
+            log_probs, old_log_probs, advantages, mask, ref_log_probs, rollout_is_weights, rollout_log_probs, rewards
+        ),
         batch,
         validate=validate,
         **hparams,

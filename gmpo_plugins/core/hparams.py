@@ -48,6 +48,12 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "vespo_k_neg": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "vespo_lambda_pos": (lambda v: _real(v) and v > 0, "a finite number > 0"),
     "vespo_lambda_neg": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+    "topr_positive_weight": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "topr_negative_weight": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "m2_threshold": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+    "adv_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "kl_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "ipo_threshold": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
 }
 
 

@@ -6,6 +6,10 @@ With ``d = ref_log_probs - log_probs`` (B, T):
     k2 = d^2 / 2
     k3 = expm1(d') - d'        d' = clamp(d, -20, 20); unbiased, non-negative (Schulman's
                                "low variance" estimator, e^d - d - 1)
+    abs = |d|                  verl's ``abs``
+    k1+, k3+, abs+             straight-through (verl's ``+`` suffix): the value of k1, k3 or
+                               abs, the gradient of k2 (whose expected gradient is that of the
+                               KL): k2 - sg(k2) + sg(estimate)
 
 Only k3 clamps ``d`` (to +-20, before ``exp``, as verl's ``low_var_kl``), so that it stays
 finite for any finite input; k1 and k2 are polynomials of ``d`` and use it as it is (as
@@ -29,7 +33,9 @@ import torch
 
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs", "k1+", "k3+", "abs+")
+"""Source of ``abs`` and the ``+`` forms: verl ``trainer/ppo/core_algos.py`` (``kl_penalty``,
+``kl_penalty_forward``)."""
 
 
 def kl_per_token(
@@ -43,6 +49,12 @@ def kl_per_token(
 
 def _estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
     d = ref_log_probs - log_probs
+    if estimator in ("k1+", "k3+", "abs+"):  # a NaN or +-inf d stays in both value and gradient
+        value = _estimate(log_probs, ref_log_probs, estimator[:-1]).detach()
+        k2 = 0.5 * d.square()
+        return k2 - k2.detach() + value
+    if estimator == "abs":
+        return d.abs()
     if estimator == "k1":
         return -d
     if estimator == "k2":

@@ -120,6 +120,12 @@ class LossSpec:
                     pre-scaled advantages (SkyRL); False for a term that is not scaled with
                     them (dro's beta penalty, kl_cov's KL term, clip_cov's absolute
                     covariance thresholds)
+    correction      the loss's own defaults of correction options (``core.correction``), for a
+                    loss defined as another's formula under a correction (``decoupled_ppo``);
+                    the caller's options override them
+    requires        the optional ``LossInputs`` fields the loss reads (``"rewards"``): a call
+                    without one raises ValueError naming it, and an adapter whose framework
+                    cannot supply it refuses the loss by name
     formula         the loss in one line, for ``gmpo-plugins list --markdown``
     native          the frameworks that ship the loss themselves, as ``framework:name``
     provider        distribution that registered it (filled in by the registry)
@@ -135,6 +141,8 @@ class LossSpec:
     impls: tuple[Impl, ...] = ()
     split_invariant: bool = True
     linear_in_advantages: bool = True
+    correction: Mapping[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
     formula: str = ""
     native: tuple[str, ...] = ()
     provider: str = ""
@@ -142,7 +150,8 @@ class LossSpec:
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults updated with ``overrides``; unknown names raise TypeError with the valid ones.
         Correction options (``core.correction``) are accepted and checked, and appear in the
-        result only where ``overrides`` gives them."""
+        result only where ``overrides`` gives them (the spec's own ``correction`` defaults are
+        added by ``__call__``)."""
         unknown = [key for key in overrides if key not in self.defaults and key not in CORRECTION_DEFAULTS]
         if unknown:
             known = [*self.defaults, *CORRECTION_DEFAULTS]
@@ -155,7 +164,8 @@ class LossSpec:
                 f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)} and the "
                 f"rollout correction's {list(CORRECTION_DEFAULTS)}{hints}"
             )
-        check_correction(self.name, {key: value for key, value in overrides.items() if key in CORRECTION_DEFAULTS})
+        given = {key: value for key, value in overrides.items() if key in CORRECTION_DEFAULTS}
+        check_correction(self.name, {**self.correction, **given})
         params = {**self.defaults, **overrides}
         optional = tuple(name for name, value in self.defaults.items() if value is None)
         check_hparams(
@@ -192,7 +202,7 @@ class LossSpec:
         naming ``impl`` for a value the loss does not list (any value for a loss without
         ``impls``).
         """
-        correction, params = split_correction(self.resolve(hparams))
+        correction, params = split_correction({**self.correction, **self.resolve(hparams)})
         if impl is not None:
             if impl not in self.impls:
                 offered = f"one of {list(self.impls)}" if self.impls else "None (it has one formulation)"
@@ -205,6 +215,9 @@ class LossSpec:
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
         validate_batch_info(batch, values=validate)
         check_correction_inputs(self.name, correction, inputs)
+        for name in self.requires:
+            if getattr(inputs, name) is None:
+                raise ValueError(f"{self.name}: {name} is required by this loss (LossInputs.{name}); got None")
         wants_grad = torch.is_grad_enabled() and inputs.log_probs.requires_grad
         if torch.is_grad_enabled() and not wants_grad and self.name not in _warned_no_grad:
             _warned_no_grad.add(self.name)

@@ -14,6 +14,9 @@ Shapes (padded layout, B sequences, T response positions):
                                         token from the row (``core.correction``)
     rollout_log_probs    (B, T) float, optional: the rollout engine's log-probs of the sampled
                                         tokens, read by the correction options (``core.correction``)
+    rewards              (B,) float, optional: each sequence's scalar reward (its verifier score
+                                        before any advantage estimation), for losses that
+                                        split samples by reward (``topr``; ``LossSpec.requires``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
 gives a non-finite loss and gradient on every path, or a ValueError naming the input with
@@ -50,6 +53,7 @@ class LossInputs:
     ref_log_probs: torch.Tensor | None = None
     rollout_is_weights: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
+    rewards: torch.Tensor | None = None
 
 
 @dataclass

@@ -66,9 +66,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "ref_log_probs": inputs.ref_log_probs,
         "rollout_is_weights": inputs.rollout_is_weights,
         "rollout_log_probs": inputs.rollout_log_probs,
+        "rewards": inputs.rewards,
     }
     for name, value in tensors.items():
-        if value is None and name in ("ref_log_probs", "rollout_is_weights", "rollout_log_probs"):
+        if value is None and name in ("ref_log_probs", "rollout_is_weights", "rollout_log_probs", "rewards"):
             continue
         tensor = _require_tensor(name, value)
         if tensor.device != log_probs.device:
@@ -90,6 +91,8 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             raise ValueError(
                 f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(optional.shape)}"
             )
+    if inputs.rewards is not None:
+        _require_shape("rewards", inputs.rewards, (batch_size,), "(B,)")
 
     if not values or log_probs.numel() == 0:  # an empty micro-batch has no value to check
         return
@@ -105,6 +108,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "ref_log_probs",
         "rollout_is_weights",
         "rollout_log_probs",
+        "rewards",
     ):
         optional = inputs.log_probs if name == "log_probs" else tensors[name]
         if optional is not None:

@@ -30,3 +30,30 @@ def random_batch(
     if token_advantages:
         advantages = advantages[:, None].expand(batch_size, length).clone()
     return LossInputs(log_probs=log_probs, old_log_probs=old, advantages=advantages, mask=mask)
+
+
+def complete(inputs: LossInputs, name: str) -> LossInputs:
+    """``inputs`` with the optional inputs loss ``name`` requires (``LossSpec.requires``) filled in,
+    so that tests over every loss can call it: (B,) rewards of both signs (a zero included), and
+    rollout log-probs 0.1 * sin(t) away from ``old_log_probs``. Fields already given are kept,
+    except precomputed ``rollout_is_weights`` where the loss's own correction defaults compute
+    IS weights (``LossSpec.correction``: the two would be refused as two IS weights)."""
+    from dataclasses import replace
+
+    from gmpo_plugins import get_loss
+
+    spec = get_loss(name)
+    fill: dict[str, torch.Tensor | None] = {}
+    if spec.correction.get("rollout_is") is not None and inputs.rollout_is_weights is not None:
+        fill["rollout_is_weights"] = None
+    old = inputs.old_log_probs
+    for field in spec.requires:
+        if getattr(inputs, field) is not None:
+            continue
+        if field == "rewards":
+            rows = torch.arange(old.shape[0], dtype=old.dtype, device=old.device)
+            fill[field] = torch.cos(rows * 2.0).round()
+        elif field == "rollout_log_probs":
+            steps = torch.arange(old.shape[-1], dtype=old.dtype, device=old.device)
+            fill[field] = (old.detach() + 0.1 * torch.sin(steps)).to(old.dtype)
+    return replace(inputs, **fill) if fill else inputs

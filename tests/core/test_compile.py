@@ -20,6 +20,8 @@ import torch._dynamo
 from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpreter
 
+from .batches import complete
+
 LOSSES = [spec.name for spec in list_losses()]
 # Dynamo itself instantiates torch.autograd.Function while it traces any autograd.Function
 # (torch/_dynamo/side_effects.py, track_object_new), which torch then warns about; not this code's doing
@@ -71,12 +73,13 @@ def test_registry_loss_compiles_in_one_graph(name):
     break, forward and backward traced, same loss, metrics and gradient as uncompiled."""
     spec = get_loss(name)
     batch = BatchInfo(dp_size=1, global_batch_size=6)
+    inputs = _inputs()
+    extra = {field: getattr(complete(LossInputs(*inputs), name), field) for field in spec.requires}
 
     def step(log_probs, old, advantages, mask):
-        out = spec(LossInputs(log_probs, old, advantages, mask), batch, validate=False)
+        out = spec(LossInputs(log_probs, old, advantages, mask, **extra), batch, validate=False)
         return out.loss, out.metrics
 
-    inputs = _inputs()
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     _assert_same(_forward_backward(compiled, *inputs), _forward_backward(step, *inputs))
 

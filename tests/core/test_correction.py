@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_METRIC_KEYS, RS_OPTIONS, SPLIT_DEPENDENT
 
-from .batches import random_batch
+from .batches import complete, random_batch
 
 F64 = torch.float64
 
@@ -494,7 +494,7 @@ def test_every_loss_accepts_the_options_and_none_declares_them():
         case = LossInputs(
             inputs.log_probs, inputs.old_log_probs, advantages, inputs.mask, rollout_log_probs=inputs.rollout_log_probs
         )
-        assert torch.isfinite(spec(case, **hp).loss), spec.name
+        assert torch.isfinite(spec(complete(case, spec.name), **hp).loss), spec.name
     with pytest.raises(TypeError, match="did you mean 'rollout_is_mode'"):
         get_loss("gmpo").resolve({"rollout_is_mod": "mask"})
     assert "rollout_is" not in get_loss("gmpo").resolve({})

@@ -70,9 +70,11 @@ def test_kl_estimators_as_documented_beyond_the_clamp(estimator, d):
     (d = 25: k1 = -25, k2 = 312.5, k3 = e^20 - 21 with zero gradient), for every loss path."""
     page_has(KL_LINES)
     clamped = min(max(d, -20.0), 20.0)
-    documented = {"k1": -d, "k2": d**2 / 2, "k3": math.expm1(clamped) - clamped}[estimator]
-    # d/dlog_prob of the documented formula (d' = d inside the clamp, constant outside)
-    slope = {"k1": 1.0, "k2": -d, "k3": -math.expm1(clamped) if abs(d) < 20 else 0.0}[estimator]
+    documented = {"k1": -d, "k2": d**2 / 2, "k3": math.expm1(clamped) - clamped, "abs": abs(d)}[estimator.rstrip("+")]
+    # d/dlog_prob of the documented formula (d' = d inside the clamp, constant outside); the
+    # straight-through forms take k2's gradient, -d
+    slopes = {"k1": 1.0, "k2": -d, "k3": -math.expm1(clamped) if abs(d) < 20 else 0.0, "abs": -math.copysign(1.0, d)}
+    slope = -d if estimator.endswith("+") else slopes[estimator]
     for name in ("gmpo", "grpo", "gspo"):
         for impl in get_loss(name).impls:
             if impl == "triton":

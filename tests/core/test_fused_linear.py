@@ -10,6 +10,7 @@ import torch
 from gmpo_plugins import BatchInfo, LossInputs, fused_linear_loss, get_loss
 
 from ..registry_names import builtin_losses
+from .batches import complete
 from .test_invariance import chunks
 
 B, T, H, V = 5, 7, 6, 11  # B * T = 35 positions
@@ -44,8 +45,14 @@ def unfused(name: str, p: dict, batch: BatchInfo | None = None, temperature: flo
         logits = logits + p["bias"]
     log_probs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, -1)
     log_probs = log_probs.gather(-1, p["targets"][..., None]).squeeze(-1)
-    inputs = LossInputs(log_probs, p["old"], p["advantages"], p["mask"], ref_log_probs=p["ref"])
+    inputs = LossInputs(log_probs, p["old"], p["advantages"], p["mask"], ref_log_probs=p["ref"], **extra(name, p))
     return get_loss(name)(inputs, batch, **hparams)
+
+
+def extra(name: str, p: dict) -> dict:
+    """The optional inputs loss ``name`` requires (``batches.complete``), from ``p``."""
+    filled = complete(LossInputs(p["old"], p["old"], p["advantages"], p["mask"]), name)
+    return {field: getattr(filled, field) for field in get_loss(name).requires}
 
 
 def fused(name: str, p: dict, batch: BatchInfo | None = None, **options):
@@ -60,6 +67,7 @@ def fused(name: str, p: dict, batch: BatchInfo | None = None, **options):
         batch,
         bias=p["bias"],
         ref_log_probs=p["ref"],
+        **extra(name, p),
         **options,
     )
 

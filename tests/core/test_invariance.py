@@ -10,7 +10,7 @@ import torch
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 
-from .batches import random_batch
+from .batches import complete, random_batch
 from .reference import gmpo_reference
 
 SPLIT_INVARIANT = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins" and spec.split_invariant]
@@ -38,6 +38,8 @@ def shard(inputs: LossInputs, rows: slice) -> LossInputs:
         inputs.advantages[rows],
         inputs.mask[rows],
         ref_log_probs=inputs.ref_log_probs[rows],
+        rollout_log_probs=None if inputs.rollout_log_probs is None else inputs.rollout_log_probs[rows],
+        rewards=None if inputs.rewards is None else inputs.rewards[rows],
     )
 
 
@@ -71,7 +73,7 @@ def accumulated_grad(name: str, hparams: dict, inputs: LossInputs, ranks: int, m
 @pytest.mark.parametrize("name, hparams", CASES)
 @pytest.mark.parametrize("micro", [2, 3, 7])
 def test_micro_batch_split_accumulates_whole_batch_gradient(name, hparams, micro):
-    inputs = whole_batch()
+    inputs = complete(whole_batch(), name)
     whole = accumulated_grad(name, hparams, inputs, ranks=1, micro=1)
     assert whole.abs().sum() > 0
     torch.testing.assert_close(
@@ -82,7 +84,7 @@ def test_micro_batch_split_accumulates_whole_batch_gradient(name, hparams, micro
 @pytest.mark.parametrize("name, hparams", CASES)
 @pytest.mark.parametrize("ranks, micro", [(2, 1), (4, 1), (2, 3)])
 def test_data_parallel_split_averages_to_whole_batch_gradient(name, hparams, ranks, micro):
-    inputs = whole_batch()
+    inputs = complete(whole_batch(), name)
     whole = accumulated_grad(name, hparams, inputs, ranks=1, micro=1)
     torch.testing.assert_close(
         accumulated_grad(name, hparams, inputs, ranks=ranks, micro=micro), whole, rtol=1e-6, atol=1e-12

@@ -24,7 +24,9 @@ from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpr
 from ..registry_names import builtin_losses
 
 SEQUENCE_LOSSES = builtin_losses(sequence_level=True, fused=True)
-TOKEN_LOSSES = builtin_losses(sequence_level=False, fused=True)
+# decoupled_ppo and m2po run grpo's kernel (``clipped_ratio_loss``) on inputs that need
+# rollout log-probs: the kernel is compared here through grpo, dapo and dr_grpo
+TOKEN_LOSSES = [name for name in builtin_losses(sequence_level=False, fused=True) if not get_loss(name).requires]
 FUSED_LOSSES = SEQUENCE_LOSSES + TOKEN_LOSSES
 RTOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
 

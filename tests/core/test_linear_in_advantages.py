@@ -11,7 +11,7 @@ import torch
 
 from gmpo_plugins import BatchInfo, list_losses
 
-from .batches import random_batch
+from .batches import complete, random_batch
 
 SCALE = 0.125  # SkyRL divides by a count: 1/8 as for N = 8 sequences
 
@@ -31,7 +31,7 @@ def _params(spec):
 
 @pytest.mark.parametrize("spec", list_losses(), ids=lambda spec: spec.name)
 def test_linear_in_advantages_is_what_the_loss_computes(spec):
-    inputs = random_batch(seed=3, spread=0.4, token_advantages=not spec.sequence_level)
+    inputs = complete(random_batch(seed=3, spread=0.4, token_advantages=not spec.sequence_level), spec.name)
     scaled = dataclasses.replace(inputs, advantages=inputs.advantages * SCALE)
     params = _params(spec)
     loss, grad = _loss_and_grad(spec, inputs, params)
@@ -43,4 +43,6 @@ def test_linear_in_advantages_is_what_the_loss_computes(spec):
 
 
 def test_the_non_linear_losses_are_named():
-    assert sorted(spec.name for spec in list_losses() if not spec.linear_in_advantages) == ["clip_cov", "dro", "kl_cov"]
+    assert sorted(spec.name for spec in list_losses() if not spec.linear_in_advantages) == [
+        *("clip_cov", "dro", "kl_cov", "prime_ipo", "prime_rl")
+    ]

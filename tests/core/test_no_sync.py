@@ -18,6 +18,7 @@ import torch
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 
 from ..registry_names import builtin_losses
+from .batches import complete
 
 BUILTINS = builtin_losses()
 WITH_IMPL = {name for name in BUILTINS if get_loss(name).impls}
@@ -107,7 +108,7 @@ def _call(name, inputs, batch, hp, impl, reference):
 def test_no_value_reads_with_validate_false(name):
     calls = 0
     for hp, impl, batch, (token_adv, weights, reference, float_mask) in _configurations(name):
-        inputs = _inputs("cpu", torch.float32, token_adv, weights, reference, float_mask)
+        inputs = complete(_inputs("cpu", torch.float32, token_adv, weights, reference, float_mask), name)
         with no_value_reads():
             out = _call(name, inputs, batch, hp, impl, reference)
             out.loss.backward()

@@ -5,7 +5,8 @@ a ValueError naming that input; with ``validate=False`` a non-finite loss AND a 
 gradient (with respect to log_probs; on fused_linear, to the head weight), on every path of
 every built-in loss (each ``impl`` its spec lists, the registry call compiled with
 ``aot_eager``, and ``fused_linear_loss``), with ``nonfinite_tokens`` counting the valid
-positions where an input is not finite (every valid token of the row for a (B,) advantage);
+positions where an input is not finite (every valid token of the row for a (B,) advantage
+or reward; a loss's required inputs, ``LossSpec.requires``, are poisoned too);
 with ``GMPO_PLUGINS_NONFINITE=raise`` a ValueError naming the input, row and column. A -inf
 log-prob is no exception. The losses come from the
 registry, so a built-in loss added later is covered without a list to edit. Triton runs
@@ -50,6 +51,11 @@ def _paths() -> list:
     ]
 
 
+def _inputs(loss: str) -> tuple[str, ...]:
+    """The inputs poisoned in turn: ``INPUTS`` and those the loss requires (``LossSpec.requires``)."""
+    return (*INPUTS, *get_loss(loss).requires)
+
+
 def _batch() -> dict[str, torch.Tensor]:
     """B = 3 rows, row 2 padded after its 3rd token; every optional input given ((B, T) IS weights)."""
     g = torch.Generator().manual_seed(0)
@@ -66,6 +72,8 @@ def _batch() -> dict[str, torch.Tensor]:
         "mask": mask,
         "ref_log_probs": old + 0.1,
         "rollout_is_weights": 0.5 + torch.rand(B, T, generator=g),
+        "rollout_log_probs": old - 0.05,  # given to a loss that requires it (LossSpec.requires)
+        "rewards": torch.tensor([1.0, 0.0, -1.0]),
     }
 
 
@@ -84,8 +92,13 @@ def _run(
     loss: str, path: str, tensors: dict[str, torch.Tensor], validate: bool
 ) -> tuple[torch.Tensor, dict, torch.Tensor]:
     """The loss, metrics and gradient of ``loss`` on ``path`` (kl_beta 0.1: the reference is
-    used): the gradient with respect to log_probs, on fused_linear to the head weight."""
+    used): the gradient with respect to log_probs, on fused_linear to the head weight. A loss
+    that requires an optional input gets it; one whose own correction computes IS weights runs
+    with ``rollout_is=None``, so that the given IS weights are its."""
     spec = get_loss(loss)
+    extra: dict = {name: tensors[name] for name in spec.requires}
+    if spec.correction.get("rollout_is") is not None:
+        extra["rollout_is"] = None
     if path == "fused_linear":
         weight = tensors["weight"].requires_grad_()
         out = fused_linear_loss(
@@ -100,6 +113,7 @@ def _run(
             rollout_is_weights=tensors["rollout_is_weights"],
             validate=validate,
             kl_beta=0.1,
+            **extra,
         )
         return out.loss, out.metrics, torch.autograd.grad(out.loss, weight)[0]
     names = ("log_probs", "old_log_probs", "advantages", "mask", "ref_log_probs", "rollout_is_weights")
@@ -109,7 +123,9 @@ def _run(
 
     def step(*args: torch.Tensor) -> tuple[torch.Tensor, dict]:
         impl = None if path in ("compiled", "registry") else path
-        out = spec(LossInputs(*args), BatchInfo(), validate=validate, impl=impl, kl_beta=0.1)
+        inputs = LossInputs(*args, **{name: extra[name].to(device) for name in spec.requires})
+        hparams = {key: value for key, value in extra.items() if key not in spec.requires}
+        out = spec(inputs, BatchInfo(), validate=validate, impl=impl, kl_beta=0.1, **hparams)
         return out.loss, out.metrics
 
     if path == "compiled":
@@ -126,15 +142,16 @@ def _compiled(step):
 def test_a_non_finite_input_gives_a_non_finite_loss_and_gradient(loss, path):
     """validate=False: NaN, +inf or -inf at one valid position of each input -> a non-finite
     loss and a non-finite gradient; nonfinite_tokens = 1, or T = 5 for the (B,) advantage
-    (every valid token of row 0). The clean batch: finite loss and gradient, count 0."""
+    (every valid token of row 0), also for the (B,) rewards of a loss that requires them. The
+    clean batch: finite loss and gradient, count 0."""
     torch._dynamo.reset()
     finite = []
-    for name in INPUTS:
+    for name in _inputs(loss):
         for kind in KINDS:
             loss_value, metrics, grad = _run(loss, path, _poisoned(name, kind, path), validate=False)
             if bool(torch.isfinite(loss_value)) or bool(torch.isfinite(grad).all()):
                 finite.append((name, kind, float(loss_value.detach()), float(grad.abs().sum())))
-            expected = float(T) if name == "advantages" else 1.0
+            expected = float(T) if name in ("advantages", "rewards") else 1.0
             assert metrics["nonfinite_tokens"].item() == expected, (name, kind, metrics["nonfinite_tokens"])
     assert not finite, f"{loss} on {path}: finite loss or gradient for non-finite inputs {finite}"
     clean, metrics, grad = _run(loss, path, _batch(), validate=False)
@@ -145,7 +162,7 @@ def test_a_non_finite_input_gives_a_non_finite_loss_and_gradient(loss, path):
 @pytest.mark.parametrize(("loss", "path"), [p for p in _paths() if p.values[1] != "compiled"])
 def test_validation_names_the_non_finite_input(loss, path):
     """validate=True: a ValueError naming the input (hidden_states for fused_linear's log-probs)."""
-    for name in INPUTS:
+    for name in _inputs(loss):
         named = "hidden_states" if path == "fused_linear" and name == "log_probs" else name
         for kind in KINDS:
             with pytest.raises(ValueError, match=rf"^{named}: expected finite values at valid \(mask=True\) positions"):

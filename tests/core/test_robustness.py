@@ -16,6 +16,8 @@ from gmpo_plugins.core.kernels.dispatch import triton_importable, triton_interpr
 from gmpo_plugins.core.kl import KL_ESTIMATORS
 from gmpo_plugins.core.prepared import IS_AGGREGATIONS
 
+from .batches import complete
+
 BUILTIN = [spec.name for spec in list_losses() if spec.provider == "gmpo-plugins"]
 finite = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, allow_infinity=False, width=32)
 
@@ -48,6 +50,7 @@ def micro_batches(draw):
 @given(inputs=micro_batches(), name=st.sampled_from(BUILTIN), dp=st.sampled_from([1, 4]), validate=st.booleans())
 def test_loss_metrics_and_gradient_are_finite(inputs, name, dp, validate):
     batch = BatchInfo(dp_size=dp, global_batch_size=8 * dp, global_num_tokens=40 * dp)
+    inputs = complete(inputs, name)
     out = get_loss(name)(inputs, batch, kl_beta=0.1, validate=validate)
     out.loss.backward()
     assert torch.isfinite(out.loss)
@@ -75,7 +78,10 @@ def test_empty_micro_batch_gives_a_zero_loss_on_the_graph(name, shape, validate)
         rollout_is_weights=torch.ones(shape),
     )
     out = get_loss(name)(
-        inputs, BatchInfo(dp_size=2, global_batch_size=4, global_num_tokens=9), kl_beta=0.1, validate=validate
+        complete(inputs, name),
+        BatchInfo(dp_size=2, global_batch_size=4, global_num_tokens=9),
+        kl_beta=0.1,
+        validate=validate,
     )
     assert out.loss.item() == 0.0 and out.loss.requires_grad
     (grad,) = torch.autograd.grad(out.loss, log_probs)
@@ -159,7 +165,7 @@ def test_padding_and_empty_rows_are_inert(name, impl, data, estimator, validate,
     a valid token of every (B,) input: a finite loss, finite metrics, a finite gradient that
     is exactly 0 at masked positions (every loss, impl, KL estimator, dtype)."""
     spec = get_loss(name)
-    inputs = data.draw(padded_with_garbage(sequence_level=spec.sequence_level, triton=impl == "triton"))
+    inputs = complete(data.draw(padded_with_garbage(sequence_level=spec.sequence_level, triton=impl == "triton")), name)
     if impl == "triton":
         inputs = LossInputs(*(None if t is None else t.detach().to(TRITON_DEVICE) for t in vars(inputs).values()))
         inputs.log_probs.requires_grad_()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gmpo_plugins.core.hookspecs import hookimpl
 from gmpo_plugins.core.losses.cispo import CISPO
 from gmpo_plugins.core.losses.covariance import CLIP_COV, KL_COV
+from gmpo_plugins.core.losses.decoupled_ppo import DECOUPLED_PPO, M2PO
 from gmpo_plugins.core.losses.dppo import DPPO_KL, DPPO_TV
 from gmpo_plugins.core.losses.dro import DRO
 from gmpo_plugins.core.losses.gmpo import GMPO, GMPO_NOCLIP, GMPO_NONORM, GMPO_SEQCLIP
@@ -14,8 +15,10 @@ from gmpo_plugins.core.losses.gspo import GSPO
 from gmpo_plugins.core.losses.importance_sampling import IMPORTANCE_SAMPLING
 from gmpo_plugins.core.losses.luspo import LUSPO
 from gmpo_plugins.core.losses.ppo_clip import DAPO, DR_GRPO, GRPO
+from gmpo_plugins.core.losses.prime_rl import PRIME_IPO, PRIME_RL
 from gmpo_plugins.core.losses.rollout_is import ROLLOUT_IS
 from gmpo_plugins.core.losses.sapo import SAPO
+from gmpo_plugins.core.losses.topr import TOPR
 from gmpo_plugins.core.losses.vespo import VESPO
 from gmpo_plugins.core.spec import LossSpec
 
@@ -33,6 +36,9 @@ BUILTIN_LOSSES: tuple[LossSpec, ...] = (
     VESPO,
     ROLLOUT_IS,
     IMPORTANCE_SAMPLING,
+    TOPR,
+    *(DECOUPLED_PPO, M2PO),
+    *(PRIME_RL, PRIME_IPO),
 )
 
 NOT_REGISTERED: dict[str, str] = {
