@@ -11,8 +11,8 @@ the setting that selects the registry's, or the reason it is refused:
     SkyRL     ``policy_loss_type=<name>`` (prefixed where SkyRL ships the name); refused for
               a loss not ``linear_in_advantages`` (SkyRL pre-scales the advantages)
 
-A loss that ``requires`` an optional input (``LossSpec.requires``) no adapter passes yet is
-refused in every framework: the call raises the core's ValueError naming the input.
+A loss that ``requires`` an optional input (``LossSpec.requires``) the adapter does not pass
+is refused with ``inputs.refusal``'s reason, as the adapter refuses it.
 
 The names follow the registration rule (``names.PREFIX``) as the frameworks installed here
 ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the table
@@ -21,12 +21,14 @@ ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the t
 
 from __future__ import annotations
 
+from gmpo_plugins.adapters.inputs import refusal
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.losses import BUILTIN_LOSSES
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 
 FRAMEWORKS = ("verl", "trl", "openrlhf", "skyrl")
+LABELS = {"verl": "verl", "trl": "TRL", "openrlhf": "OpenRLHF", "skyrl": "SkyRL"}
 OPENRLHF_OWN = ("ppo", "gspo")
 
 
@@ -43,9 +45,9 @@ def cell(spec: LossSpec, framework: str) -> str:
     """One table cell: ``native: ...; `setting` `` or ``refused: why``."""
     native = _native(spec, framework)
     own = f"native: {', '.join(native)}; " if native else ""
-    if spec.requires:
-        needs = ", ".join(f"`{name}`" for name in spec.requires)
-        return f"{own}refused: needs {needs}, which the adapter does not pass"
+    reason = refusal(spec, LABELS[framework])
+    if reason is not None:
+        return f"{own}refused: {reason}"
     name = _name(spec, framework)
     if framework == "verl":
         return f"{own}`loss_mode={name}`"

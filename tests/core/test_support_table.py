@@ -22,3 +22,15 @@ def test_cells_follow_the_specs():
     assert cell(get_loss("gspo"), "openrlhf") == "native: gspo; `gmpo_plugins.gspo`"
     assert cell(get_loss("dro"), "skyrl") == "refused: not linear in the advantages, which SkyRL pre-scales"
     assert "reduction=seq-mean-token-sum-norm" in cell(get_loss("dr_grpo"), "openrlhf")
+
+
+def test_a_loss_needing_an_input_no_adapter_passes_is_refused_with_the_reason():
+    """topr reads rewards, m2po rollout log-probs (``LossSpec.requires``): every cell refuses
+    them with ``adapters.inputs.refusal``'s reason, the adapter's own message."""
+    assert (
+        cell(get_loss("topr"), "verl")
+        == "refused: topr needs per-sequence rewards, which the verl adapter does not pass yet"
+    )
+    assert cell(get_loss("m2po"), "skyrl").endswith(
+        "refused: m2po needs the rollout engine's log-probs, which the SkyRL adapter does not pass yet"
+    )

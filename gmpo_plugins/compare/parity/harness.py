@@ -263,15 +263,22 @@ def discover_targets() -> tuple[list[ParityTarget], list[tuple[str, str]]]:
 def run_parity(
     losses: Iterable[str] | None = None, tol: float = TOLERANCE
 ) -> tuple[list[ParityRow], list[tuple[str, str]]]:
-    """Compare every discovered target on every loss it supports (all losses by default)."""
-    from gmpo_plugins.core.registry import list_losses
+    """Compare every discovered target on every loss it supports (all losses by default). A
+    loss that requires an optional input (``LossSpec.requires``) the cases do not carry is
+    skipped with its reason (``adapters.inputs.refusal``), once for all targets."""
+    from gmpo_plugins.adapters.inputs import refusal
+    from gmpo_plugins.core.registry import get_loss, list_losses
 
     names = list(losses) if losses is not None else [spec.name for spec in list_losses()]
     targets, skipped = discover_targets()
     cases = parity_cases()
     rows = []
+    for name in names:
+        reason = refusal(get_loss(name), "core", caller="the parity cases")
+        if reason is not None:
+            skipped.append((name, reason))
     for target in targets:
         for name in names:
-            if target.backend.supports(name):
+            if refusal(get_loss(name), "core", caller="the parity cases") is None and target.backend.supports(name):
                 rows.append(compare_target(target, name, cases, tol))
     return rows, skipped
