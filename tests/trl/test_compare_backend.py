@@ -14,6 +14,8 @@ from gmpo_plugins.compare.backends.trl import TrlBackend, trl_settings
 from gmpo_plugins.compare.backends.trl_gmpo import TrlGMPOBackend
 from gmpo_plugins.compare.parity.harness import ParityTarget, compare_target, discover_targets, evaluate, parity_cases
 
+from ..registry_names import adapter_losses, refused_losses
+
 
 def test_parity_discovers_the_trl_adapter_and_reference():
     targets, skipped = discover_targets()
@@ -25,7 +27,13 @@ def test_parity_discovers_the_trl_adapter_and_reference():
     assert isinstance(load_backend("trl"), TrlBackend)
 
 
-@pytest.mark.parametrize("loss_name", [spec.name for spec in list_losses()])
+def test_losses_needing_an_input_trl_is_not_given_are_not_offered():
+    backend = TrlBackend()
+    assert [spec.name for spec in list_losses() if not backend.supports(spec.name)] == refused_losses("trl")
+    assert {"topr", "decoupled_ppo", "m2po"} <= set(refused_losses("trl"))
+
+
+@pytest.mark.parametrize("loss_name", adapter_losses("trl"))
 def test_trl_backend_matches_the_core_on_parity_cases(loss_name):
     row = compare_target(ParityTarget("trl adapter", "adapter", TrlBackend()), loss_name, parity_cases())
     assert row.ok, row.failures

@@ -10,6 +10,8 @@ from gmpo_plugins.compare.backends.base import BackendError, load_backend
 from gmpo_plugins.compare.backends.verl import VerlBackend, verl_fields
 from gmpo_plugins.compare.parity.harness import ParityTarget, compare_target, discover_targets, parity_cases
 
+from ..registry_names import adapter_losses, refused_losses
+
 
 def test_parity_discovers_the_verl_backend_as_an_adapter():
     targets, _ = discover_targets()
@@ -18,7 +20,14 @@ def test_parity_discovers_the_verl_backend_as_an_adapter():
     assert isinstance(load_backend("verl"), VerlBackend)
 
 
-@pytest.mark.parametrize("loss_name", [spec.name for spec in list_losses()])
+def test_losses_needing_an_input_verl_is_not_given_are_not_offered():
+    """The backend offers what the adapter calls: not topr (rewards) nor decoupled_ppo (rollout log-probs)."""
+    backend = VerlBackend()
+    assert [spec.name for spec in list_losses() if not backend.supports(spec.name)] == refused_losses("verl")
+    assert {"topr", "decoupled_ppo", "m2po"} <= set(refused_losses("verl"))
+
+
+@pytest.mark.parametrize("loss_name", adapter_losses("verl"))
 def test_verl_backend_matches_the_core_on_parity_cases(loss_name):
     backend = VerlBackend()
     assert backend.supports(loss_name)

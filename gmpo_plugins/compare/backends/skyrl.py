@@ -130,6 +130,10 @@ class SkyRLBackend:
     def supports(self, loss_name: str) -> bool:
         if self._own:
             return OWN.supports(loss_name)
+        from gmpo_plugins.adapters.inputs import refusal
+
+        if refusal(get_loss(loss_name), "skyrl") is not None:
+            return False
         try:
             algorithm_fields(loss_name, get_loss(loss_name).resolve({}), width=1)
         except BackendError:

@@ -80,8 +80,9 @@ class TrlBackend:
         self._settings: dict[tuple, tuple[Any, dict]] = {}
 
     def supports(self, loss_name: str) -> bool:
-        get_loss(loss_name)
-        return True
+        from gmpo_plugins.adapters.inputs import refusal
+
+        return refusal(get_loss(loss_name), "trl") is None
 
     def _config(self, loss_name: str, hparams: Mapping[str, Any]) -> tuple[Any, dict]:
         key = (loss_name, tuple(sorted(hparams.items(), key=lambda item: item[0])))

@@ -73,10 +73,10 @@ class VerlBackend:
     def supports(self, loss_name: str) -> bool:
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
+        from gmpo_plugins.adapters.inputs import refusal
         from gmpo_plugins.adapters.verl import PREFIX
 
-        get_loss(loss_name)
-        return PREFIX + loss_name in POLICY_LOSS_REGISTRY
+        return refusal(get_loss(loss_name), "verl") is None and PREFIX + loss_name in POLICY_LOSS_REGISTRY
 
     def _config(self, loss_mode: str, fields: Mapping[str, Any]):
         key = (loss_mode, tuple(sorted(fields.items())))
