@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
-from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
 
@@ -244,11 +243,9 @@ def resolve(
         overrides: channel name -> {hparam: value}; None reads ``GMPO_PLUGINS_LOSS_HPARAMS``.
 
     Raises:
-        error: a loss that requires an input the adapter does not pass (``inputs.refusal``),
-            a malformed or unknown override, an override that conflicts with a
+        error: a malformed or unknown override, an override that conflicts with a
             non-default field (naming both), or a value out of range (naming its setting).
     """
-    refuse_unsupplied(spec, framework, error)
     if overrides is None:
         try:
             overrides = {OVERRIDE_ENV: overrides_from_env()}

@@ -3,7 +3,8 @@
 A loss lists the optional ``LossInputs`` fields it reads in ``LossSpec.requires`` (``topr``:
 ``rewards``). ``SUPPLIED`` says which of them each framework's adapter passes; a loss that
 requires one its adapter does not pass is refused by name, with the reason, where the adapter
-first sees the loss (``hparam_sources.resolve``, the translation of its hyper-parameters), and
+first sees the loss (``refuse_unsupplied``, first in each adapter's translation of the loss's
+settings, before any check of them), and
 the support table, the parity harness, the audit and ``gmpo-plugins doctor`` give the same reason
 (``refusal``). Passing an input later is one entry of ``SUPPLIED``.
 """

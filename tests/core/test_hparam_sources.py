@@ -261,3 +261,29 @@ def test_a_fresh_process_prints_the_line_and_the_warning_on_stderr():
         "FrameworkDefaultWarning: gmpo_plugins: OpenRLHF --actor.policy_loss_type=gmpo_plugins.gspo: eps_low=0.2"
         in done.stderr
     )
+
+
+def test_a_loss_needing_an_input_the_adapter_does_not_pass_is_refused_first():
+    """topr reads rewards, m2po rollout log-probs (``LossSpec.requires``); no adapter passes
+    them: each refuses the loss by name with the reason, before any check of its settings
+    (SkyRL's refusal of a loss not linear in the advantages included: prime_rl is not, but
+    requires nothing)."""
+    message = r"^gmpo_plugins: topr needs per-sequence rewards, which the {} adapter does not pass yet$"
+    with pytest.raises(OpenRLHFConfigError, match=message.format("OpenRLHF")):
+        plan_loss("topr", **OPENRLHF_DEFAULTS)
+    with pytest.raises(SkyRLConfigError, match=message.format("SkyRL")):
+        resolution_from_config(get_loss("topr"), None, "topr")  # before the config is read
+    needs = "m2po needs the rollout engine's log-probs, which the SkyRL adapter does not pass yet"
+    with pytest.raises(SkyRLConfigError, match=needs):
+        resolution_from_config(get_loss("m2po"), skyrl_config(), "m2po")
+    assert sources(resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo"))  # nothing required
+
+
+def test_trl_refuses_a_loss_needing_an_input_by_name():
+    """The same refusal through TRL's translation (no TRL import: it comes first; verl's is in
+    tests/verl/test_registration.py)."""
+    from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_resolution
+
+    needs = "decoupled_ppo needs the rollout engine's log-probs, which the TRL adapter does not pass yet"
+    with pytest.raises(UnsupportedTRLOptionError, match=needs):
+        loss_resolution(None, get_loss("decoupled_ppo"))

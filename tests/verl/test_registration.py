@@ -135,3 +135,16 @@ def test_a_failing_registration_is_logged_before_verl_swallows_it(monkeypatch, c
         adapter._register()
     assert any("registering the gmpo-plugins losses into verl failed" in r.getMessage() for r in caplog.records)
     assert any(r.levelname == "ERROR" and "broken plugin" in (r.exc_text or "") for r in caplog.records)
+
+
+def test_a_loss_needing_an_input_verl_is_not_given_is_refused_by_name():
+    """decoupled_ppo reads rollout log-probs (``LossSpec.requires``), which the adapter does not
+    pass: the translation of its settings refuses it first, before the config is read."""
+    from gmpo_plugins import get_loss
+    from gmpo_plugins.adapters.verl.options import VerlConfigError, resolution_from_config
+
+    needs = (
+        "^gmpo_plugins: decoupled_ppo needs the rollout engine's log-probs, which the verl adapter does not pass yet$"
+    )
+    with pytest.raises(VerlConfigError, match=needs):
+        resolution_from_config(get_loss("decoupled_ppo"), None, "token-mean", "gmpo_plugins.decoupled_ppo")

@@ -71,6 +71,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
+from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
@@ -203,10 +204,12 @@ def loss_resolution(
 ) -> Resolution | None:
     """Every hyper-parameter of the registry loss for PolicyLoss's constructor arguments, with
     its source (module docstring), or None for OpenRLHF's own ppo/gspo. Raises
-    OpenRLHFConfigError naming the flag."""
+    OpenRLHFConfigError naming the flag, first for a loss that requires an input the adapter
+    does not pass (``adapters.inputs``)."""
     spec = registry_spec(policy_loss_type)
     if spec is None:
         return None
+    refuse_unsupplied(spec, "OpenRLHF", OpenRLHFConfigError)
     if "dual_clip" not in spec.defaults and dual_clip is not None:
         raise OpenRLHFConfigError(
             f"gmpo_plugins: --actor.dual_clip={dual_clip!r} is not meaningful for "

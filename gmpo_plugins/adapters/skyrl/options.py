@@ -77,6 +77,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
+from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.adapters.skyrl.releases import RELEASES, SkyRLRelease, installed
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
@@ -256,9 +257,11 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
     """Every hyper-parameter of ``spec`` from SkyRL's ``AlgorithmConfig`` and the override, with
     its source (module docstring; ``hparam_sources``).
 
-    Raises SkyRLConfigError naming the SkyRL field when a value is invalid for the loss or
+    Raises SkyRLConfigError for a loss that requires an input the adapter does not pass
+    (``adapters.inputs``), and naming the SkyRL field when a value is invalid for the loss or
     cannot be expressed by it.
     """
+    refuse_unsupplied(spec, "SkyRL", SkyRLConfigError)
     if config is None:
         raise SkyRLConfigError(
             f"gmpo_plugins: policy_loss_type={policy_loss_type} needs SkyRL's {ALGORITHM} config (config=None)"

@@ -60,6 +60,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
+from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.core.spec import LossSpec
 
 
@@ -181,8 +182,10 @@ def loss_resolution(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] |
     """Every hyper-parameter of ``spec`` with its source, after refusing what it cannot honour.
 
     Raises UnsupportedTRLOptionError naming every refused GRPOConfig option, and the
-    spec's own TypeError/ValueError for unknown or out-of-range hyper-parameters.
+    spec's own TypeError/ValueError for unknown or out-of-range hyper-parameters; first, for a
+    loss that requires an input the adapter does not pass (``adapters.inputs``).
     """
+    refuse_unsupplied(spec, "TRL", UnsupportedTRLOptionError)
     extra = dict(loss_hparams or {})
     for key in extra:
         row = next((row for row in TRL_FIELDS if row.hparam == key and row.feeds(spec)), None)

@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, announce, attribute, resolve
+from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.adapters.upstream import TESTED, UpstreamDriftError, framework_version
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
@@ -164,9 +165,11 @@ def resolution_from_config(spec: LossSpec, config: Any, loss_agg_mode: str, loss
     """Every hyper-parameter of ``spec`` from verl's actor ``config`` and the override, with its
     source (module docstring; ``hparam_sources``).
 
-    Raises VerlConfigError naming the verl field when a value is invalid for the loss or
+    Raises VerlConfigError for a loss that requires an input the adapter does not pass
+    (``adapters.inputs``), and naming the verl field when a value is invalid for the loss or
     cannot be expressed by it.
     """
+    refuse_unsupplied(spec, "verl", VerlConfigError)
     if config is None:
         raise VerlConfigError(f"gmpo_plugins: loss_mode={loss_mode} needs verl's actor config (config=None was passed)")
     if "reduction" in spec.defaults:
