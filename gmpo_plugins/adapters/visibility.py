@@ -15,6 +15,9 @@ reported as such and is no failure. Each check goes through the path a training 
     TRL       ``RegistryGRPOTrainer`` imports (it imports trl) and subclasses trl's
               ``GRPOTrainer``
 
+A loss the adapter refuses because it requires an input the adapter does not pass
+(``adapters.inputs``) is listed after the check, with the reason; it is no failure.
+
 A check that raises is a failure whose detail is the exception, never a traceback. Each line
 also gives the range the adapter is tested with (``upstream.TESTED``) and whether the
 installed version is inside it; outside is reported, not a failure (the adapter warns).
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gmpo_plugins.adapters.inputs import refusal
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.upstream import TESTED, in_tested_range, installed_version
 from gmpo_plugins.core.registry import list_losses
@@ -48,6 +52,14 @@ class FrameworkCheck:
 
 def _names() -> list[str]:
     return [spec.name for spec in list_losses()]
+
+
+def refused_inputs(framework: str) -> str:
+    """``"; refuses topr (topr needs ..., which the verl adapter does not pass yet)"`` for the
+    losses whose required inputs the adapter does not pass, or ``""``."""
+    reasons = [(spec.name, refusal(spec, framework)) for spec in list_losses()]
+    refused = [f"{name} ({reason})" for name, reason in reasons if reason is not None]
+    return f"; refuses {', '.join(refused)}" if refused else ""
 
 
 def _verl() -> str:
@@ -143,7 +155,7 @@ def framework_checks() -> list[FrameworkCheck]:
             continue
         inside = in_tested_range(distribution, version) if tested else None
         try:
-            detail = check()
+            detail = check() + refused_inputs(framework)
         except Exception as error:  # noqa: BLE001 - any failure is reported, named, and fails the doctor
             failure = f"{type(error).__name__}: {error}"
             checks.append(FrameworkCheck(framework, distribution, version, False, failure, tested, inside))
