@@ -4,9 +4,10 @@ A loss lists the optional ``LossInputs`` fields it reads in ``LossSpec.requires`
 ``rewards``). ``SUPPLIED`` says which of them each framework's adapter passes; a loss that
 requires one its adapter does not pass is refused by name, with the reason, where the adapter
 first sees the loss (``refuse_unsupplied``, first in each adapter's translation of the loss's
-settings, before any check of them), and
-the support table, the parity harness, the audit and ``gmpo-plugins doctor`` give the same reason
-(``refusal``). Passing an input later is one entry of ``SUPPLIED``.
+settings, before any check of them); the support table, the compare backends, the parity
+harness and ``gmpo-plugins doctor`` give the same reason (``refusal``). The audit needs no
+rule: it compares the frameworks' own losses, and none ships these. Passing an input later is
+one entry of ``SUPPLIED``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def missing_inputs(spec: LossSpec, framework: str) -> tuple[str, ...]:
 def refusal(spec: LossSpec, framework: str, caller: str | None = None) -> str | None:
     """``"topr needs per-sequence rewards, which the verl adapter does not pass yet"``, or None
     when the adapter passes every input the loss requires; ``caller`` names another caller
-    that passes none of them (``"the parity cases"``)."""
+    that passes none of them (``"the parity harness"``)."""
     missing = missing_inputs(spec, framework) if caller is None else spec.requires
     if not missing:
         return None

@@ -264,7 +264,7 @@ def run_parity(
     losses: Iterable[str] | None = None, tol: float = TOLERANCE
 ) -> tuple[list[ParityRow], list[tuple[str, str]]]:
     """Compare every discovered target on every loss it supports (all losses by default). A
-    loss that requires an optional input (``LossSpec.requires``) the cases do not carry is
+    loss that requires an optional input (``LossSpec.requires``) the harness does not pass is
     skipped with its reason (``adapters.inputs.refusal``), once for all targets."""
     from gmpo_plugins.adapters.inputs import refusal
     from gmpo_plugins.core.registry import get_loss, list_losses
@@ -274,11 +274,11 @@ def run_parity(
     cases = parity_cases()
     rows = []
     for name in names:
-        reason = refusal(get_loss(name), "core", caller="the parity cases")
+        reason = refusal(get_loss(name), "core", caller="the parity harness")
         if reason is not None:
             skipped.append((name, reason))
     for target in targets:
         for name in names:
-            if refusal(get_loss(name), "core", caller="the parity cases") is None and target.backend.supports(name):
+            if refusal(get_loss(name), "core", caller="the parity harness") is None and target.backend.supports(name):
                 rows.append(compare_target(target, name, cases, tol))
     return rows, skipped
