@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from gmpo_plugins.adapters.inputs import refusal
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.adapters.upstream import TESTED, in_tested_range, installed_version
-from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.registry import get_loss, list_losses
 
 
 @dataclass(frozen=True)
@@ -83,19 +83,22 @@ def _verl() -> str:
 
 def _openrlhf() -> str:
     from gmpo_plugins.adapters.openrlhf import OpenRLHFConfigError, install
-    from gmpo_plugins.adapters.openrlhf.patch import is_patched, refusal
+    from gmpo_plugins.adapters.openrlhf.patch import is_patched
+    from gmpo_plugins.adapters.openrlhf.patch import refusal as patch_refusal
     from gmpo_plugins.adapters.openrlhf.plan_attribute import registry_plan
 
     install()
     import openrlhf.models.loss as loss_module
 
-    why = refusal(loss_module.PolicyLoss)
+    why = patch_refusal(loss_module.PolicyLoss)
     if why is not None:
         raise LookupError(f"PolicyLoss not patched (OpenRLHF's own ppo/gspo run unchanged): {why}")
     if not is_patched(loss_module.PolicyLoss):
         raise LookupError("openrlhf.models.loss.PolicyLoss is not patched after install()")
     refused = []
     for name in _names():
+        if refusal(get_loss(name), "OpenRLHF") is not None:
+            continue  # listed with its reason (``refused_inputs``)
         plan = None
         for token_level_loss in (False, True):  # --actor.loss_agg_mode seq-mean-token-mean, token-mean
             try:
@@ -110,7 +113,7 @@ def _openrlhf() -> str:
             break
         if plan is None:
             refused.append(PREFIX + name)
-    built = len(_names()) - len(refused)
+    built = len([name for name in _names() if refusal(get_loss(name), "OpenRLHF") is None]) - len(refused)
     return f"PolicyLoss patched; builds {built} losses" + (f", refuses {refused} by design" if refused else "")
 
 
