@@ -199,7 +199,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
     for dtype_name in config.dtypes:
         dtype = DTYPES[dtype_name]
         for shape in config.shapes:
-            case = variants.make_case(shape[0], shape[1], dtype, device)
+            requires = tuple(sorted({name for spec in specs for name in spec.requires}))
+            case = variants.make_case(shape[0], shape[1], dtype, device, requires=requires)
             grad_bytes = case.log_probs.numel() * case.log_probs.element_size()
             label = f"{shape[0]}x{shape[1]} {dtype_name}"
             cell_variants = [
@@ -209,7 +210,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
             for spec in specs:
                 if spec.name in failed:
                     continue
-                fused_fn = variants.fused(spec, case)
+                spec_case = case.for_spec(spec)
+                fused_fn = variants.fused(spec, spec_case)
                 try:
                     fused_fn()
                 except Exception as exc:  # noqa: BLE001 - a broken (plugin) loss must not stop the others
@@ -218,7 +220,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda mess
                     continue
                 if variants.has_eager(spec):
                     cell_variants.append(_Variant(spec.name, "fused", fused_fn, grad_bytes))
-                    cell_variants.append(_Variant(spec.name, "eager", variants.eager(spec, case), grad_bytes))
+                    cell_variants.append(_Variant(spec.name, "eager", variants.eager(spec, spec_case), grad_bytes))
                 else:
                     cell_variants.append(_Variant(spec.name, "registry (no fused path)", fused_fn, grad_bytes))
                 if spec.name == "gmpo":

@@ -13,6 +13,7 @@ floor    ``torch.where(mask, log_probs, old_log_probs)`` into a new tensor: one 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -21,6 +22,9 @@ import torch
 
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs
+
+# the optional LossInputs that make_case can build (LossSpec.requires names them)
+OPTIONAL_INPUTS = ("rollout_log_probs", "rewards")
 
 
 @dataclass
@@ -37,6 +41,14 @@ class Case:
     def clear_grad(self) -> None:
         """Drop the gradient of the previous call."""
         self.inputs.log_probs.grad = None
+
+    def for_spec(self, spec: LossSpec) -> Case:
+        """The case as ``spec`` is called: the optional inputs it requires (``LossSpec.requires``),
+        no others, so a loss that does not read them is timed on the plain inputs. The tensors
+        are shared (the same ``log_probs`` leaf)."""
+        optional = {name: getattr(self.inputs, name) for name in OPTIONAL_INPUTS}
+        kept = {name: value if name in spec.requires else None for name, value in optional.items()}
+        return Case(dataclasses.replace(self.inputs, **kept), self.batch)
 
 
 def make_case(

@@ -93,6 +93,24 @@ def test_loss_without_fused_path(capsys):
     assert f"| {names[0]} | registry (no fused path) | fp32 | 2x16 |" in capsys.readouterr().out
 
 
+def test_losses_that_require_inputs_are_timed_on_them(capsys):
+    """Each loss gets the optional inputs it requires (rewards, rollout log-probs) and no others:
+    all of them in one cell, none fails, and a loss that requires none is called without them."""
+    needing = sorted(spec.name for spec in list_losses() if spec.requires)
+    assert {"topr", "decoupled_ppo"} <= set(needing)
+    argv = ["bench", "--losses", ",".join([*needing, "gmpo"]), "--shapes", "2x16", "--dtypes", "fp32"]
+    assert main([*argv, "--repeats", "1", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "failed" not in out
+    for name in needing:
+        assert f"| {name} | " in out
+    case = variants.make_case(2, 16, torch.float32, torch.device("cpu"), requires=("rewards", "rollout_log_probs"))
+    plain = case.for_spec(get_loss("gmpo")).inputs
+    assert plain.rewards is None and plain.rollout_log_probs is None and plain.log_probs is case.log_probs
+    topr = case.for_spec(get_loss("topr")).inputs
+    assert topr.rewards is case.inputs.rewards and topr.rollout_log_probs is None
+
+
 def test_markdown_output(capsys):
     """Pasteable as it is: the command that made it, then the machine, then the tables."""
     assert (
