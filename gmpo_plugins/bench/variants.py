@@ -46,9 +46,10 @@ class Case:
         """The case as ``spec`` is called: the optional inputs it requires (``LossSpec.requires``),
         no others, so a loss that does not read them is timed on the plain inputs. The tensors
         are shared (the same ``log_probs`` leaf)."""
-        optional = {name: getattr(self.inputs, name) for name in OPTIONAL_INPUTS}
-        kept = {name: value if name in spec.requires else None for name, value in optional.items()}
-        return Case(dataclasses.replace(self.inputs, **kept), self.batch)
+        kept: dict[str, torch.Tensor | None] = {
+            name: getattr(self.inputs, name) if name in spec.requires else None for name in OPTIONAL_INPUTS
+        }
+        return Case(dataclasses.replace(self.inputs, **kept), self.batch)  # type: ignore[arg-type]
 
 
 def make_case(
