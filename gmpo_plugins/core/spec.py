@@ -260,4 +260,6 @@ class LossSpec:
         out.metrics.update(metrics)
         out.metrics.update(mask_metrics)
         reduction = term_reduction(params, sequence_level=self.sequence_level)
-        return add_terms(out, corrected, batch, terms, reduction=reduction, norm_length=params.get("norm_length"), keep=keep)
+        return add_terms(
+            out, corrected, batch, terms, reduction=reduction, norm_length=params.get("norm_length"), keep=keep
+        )
