@@ -4,8 +4,9 @@ A loss lists the optional ``LossInputs`` fields it reads in ``LossSpec.requires`
 ``rewards``), and the loss terms' options add theirs (``LossSpec.inputs_for``: ``entropy_coef``
 and ``top_entropy_quantile`` read ``entropy``, ``nll_coef`` reads ``rewards``). ``SUPPLIED``
 says which of them each framework's adapter passes; a loss that requires one its adapter does
-not pass is refused by name, with the reason, where the adapter first sees the loss (``refuse_unsupplied``, first in each adapter's translation of the loss's
-settings, before any check of them); the support table, the compare backends, the parity
+not pass is refused by name, with the reason, where the adapter first sees the loss
+(``refuse_unsupplied``, first in each adapter's translation of the loss's settings, before any
+check of them); the support table, the compare backends, the parity
 harness and ``gmpo-plugins doctor`` give the same reason (``refusal``). The audit needs no
 rule: it compares the frameworks' own losses, and none ships these. Passing an input later is
 one entry of ``SUPPLIED``. A term option set in the override that needs an input the adapter
