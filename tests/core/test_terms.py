@@ -14,7 +14,7 @@ import torch
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 from gmpo_plugins.adapters.hparam_sources import resolve
 from gmpo_plugins.adapters.inputs import refusal
-from gmpo_plugins.core.terms import SPLIT_DEPENDENT, TERM_DEFAULTS
+from gmpo_plugins.core.terms import SPLIT_DEPENDENT, TERM_DEFAULTS, TERM_METRIC_KEYS
 
 from ..registry_names import builtin_losses
 from .batches import complete, random_batch
@@ -316,5 +316,6 @@ def test_every_loss_accepts_the_options_and_none_declares_them():
         spec = get_loss(name)
         assert not set(TERM_DEFAULTS) & set(spec.defaults), name
         out = spec(complete(inputs, name), entropy_coef=0.01, nll_coef=0.1, top_entropy_quantile=0.5)
-        assert torch.isfinite(out.loss) and {"entropy", "entropy_masked_frac", "nll"} <= set(out.metrics), name
+        assert torch.isfinite(out.loss) and set(TERM_METRIC_KEYS) <= set(out.metrics), name
     assert "entropy_coef" not in get_loss("gmpo").resolve({})
+    assert not set(TERM_METRIC_KEYS) & set(get_loss("gmpo")(random_batch()).metrics)  # nothing given, none
