@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
+from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
 
@@ -244,7 +245,9 @@ def resolve(
 
     Raises:
         error: a malformed or unknown override, an override that conflicts with a
-            non-default field (naming both), or a value out of range (naming its setting).
+            non-default field (naming both), a loss-term option in the override that needs an
+            input the adapter does not pass (naming both, ``adapters.inputs``), or a value out
+            of range (naming its setting).
     """
     if overrides is None:
         try:
@@ -258,6 +261,7 @@ def resolve(
             if hparam in override:
                 raise error(f"gmpo_plugins: {hparam} is set by both {override[hparam][0]} and {channel}; set it once")
             override[hparam] = (channel, value)
+    refuse_unsupplied(spec, framework, error, hparams={hparam: value for hparam, (_, value) in override.items()})
 
     decided: dict[str, Resolved] = {}
     for row in fields:

@@ -1,18 +1,25 @@
 """The optional loss inputs each adapter passes, and the refusal of a loss that needs another.
 
 A loss lists the optional ``LossInputs`` fields it reads in ``LossSpec.requires`` (``topr``:
-``rewards``). ``SUPPLIED`` says which of them each framework's adapter passes; a loss that
-requires one its adapter does not pass is refused by name, with the reason, where the adapter
-first sees the loss (``refuse_unsupplied``, first in each adapter's translation of the loss's
-settings, before any check of them); the support table, the compare backends, the parity
+``rewards``), and the loss terms' options add theirs (``LossSpec.inputs_for``: ``entropy_coef``
+and ``top_entropy_quantile`` read ``entropy``, ``nll_coef`` reads ``rewards``). ``SUPPLIED``
+says which of them each framework's adapter passes; a loss that requires one its adapter does
+not pass is refused by name, with the reason, where the adapter first sees the loss
+(``refuse_unsupplied``, first in each adapter's translation of the loss's settings, before any
+check of them); the support table, the compare backends, the parity
 harness and ``gmpo-plugins doctor`` give the same reason (``refusal``). The audit needs no
 rule: it compares the frameworks' own losses, and none ships these. Passing an input later is
-one entry of ``SUPPLIED``.
+one entry of ``SUPPLIED``. A term option set in the override that needs an input the adapter
+does not pass is refused the same way, naming the option (``hparam_sources.resolve``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 
 SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": (), "openrlhf": (), "skyrl": ()}
 """Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss."""
@@ -22,29 +29,41 @@ DESCRIPTIONS = {
     "rollout_log_probs": "the rollout engine's log-probs",
     "ref_log_probs": "reference log-probs",
     "rollout_is_weights": "precomputed IS weights",
+    "entropy": "per-token entropy",
 }
 """Field -> how a refusal names it."""
 
 
-def missing_inputs(spec: LossSpec, framework: str) -> tuple[str, ...]:
-    """The fields of ``spec.requires`` the ``framework`` adapter does not pass (any name case)."""
+def missing_inputs(spec: LossSpec, framework: str, hparams: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The fields a call of ``spec`` with ``hparams`` reads (``LossSpec.inputs_for``) that the
+    ``framework`` adapter does not pass (any name case)."""
     supplied = SUPPLIED.get(framework.lower(), ())
-    return tuple(name for name in spec.requires if name not in supplied)
+    return tuple(name for name in spec.inputs_for(hparams or {}) if name not in supplied)
 
 
-def refusal(spec: LossSpec, framework: str, caller: str | None = None) -> str | None:
+def refusal(
+    spec: LossSpec, framework: str, caller: str | None = None, hparams: Mapping[str, Any] | None = None
+) -> str | None:
     """``"topr needs per-sequence rewards, which the verl adapter does not pass yet"``, or None
     when the adapter passes every input the loss requires; ``caller`` names another caller
-    that passes none of them (``"the parity harness"``)."""
-    missing = missing_inputs(spec, framework) if caller is None else spec.requires
+    that passes none of them (``"the parity harness"``). With ``hparams``, the loss-term
+    options set there count too, and the refusal names them (``"gmpo with entropy_coef=0.01
+    needs per-token entropy, ..."``)."""
+    missing = missing_inputs(spec, framework, hparams) if caller is None else spec.inputs_for(hparams or {})
     if not missing:
         return None
     needs = " and ".join(DESCRIPTIONS.get(name, name) for name in missing)
-    return f"{spec.name} needs {needs}, which {caller or f'the {framework} adapter'} does not pass yet"
+    options = {key: value for key, value in (hparams or {}).items() if key in TERM_DEFAULTS}
+    named = [f"{key}={value!r}" for key, value in options.items() if required_inputs({key: value})]
+    subject = f"{spec.name} with {', '.join(named)}" if named else spec.name
+    return f"{subject} needs {needs}, which {caller or f'the {framework} adapter'} does not pass yet"
 
 
-def refuse_unsupplied(spec: LossSpec, framework: str, error: type[ValueError] = ValueError) -> None:
-    """Raise ``error`` with ``refusal``'s reason when the adapter cannot call ``spec``."""
-    reason = refusal(spec, framework)
+def refuse_unsupplied(
+    spec: LossSpec, framework: str, error: type[ValueError] = ValueError, hparams: Mapping[str, Any] | None = None
+) -> None:
+    """Raise ``error`` with ``refusal``'s reason when the adapter cannot call ``spec`` (with
+    the loss-term options of ``hparams``)."""
+    reason = refusal(spec, framework, hparams=hparams)
     if reason is not None:
         raise error(f"gmpo_plugins: {reason}")

@@ -1,6 +1,7 @@
 """``gmpo-plugins list``: the registered losses as a table, JSON with ``--json``, or the
 Markdown table of docs/losses.md with ``--markdown``; ``--corrections`` prints the rollout
-correction options every loss accepts (``core.correction``) as docs/losses.md's table."""
+correction options every loss accepts (``core.correction``) and ``--terms`` the loss terms'
+options (``core.terms``), each as docs/losses.md's table."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_OPTIONS
 from gmpo_plugins.core.registry import list_losses
+from gmpo_plugins.core.terms import TERM_DEFAULTS, TERM_OPTIONS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -22,6 +24,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--corrections",
         action="store_true",
         help="print the Markdown table of the rollout correction options every loss accepts (docs/losses.md)",
+    )
+    output.add_argument(
+        "--terms",
+        action="store_true",
+        help="print the Markdown table of the loss terms' options every loss accepts (docs/losses.md)",
     )
     parser.set_defaults(run=run)
 
@@ -49,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.corrections:
         print(corrections_table())
         return 0
+    if args.terms:
+        print(terms_table())
+        return 0
     rows = loss_rows()
     if args.markdown:
         print(markdown_table(rows))
@@ -64,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row['name']:<16} {row['provider']:<16} {row['description']}")
         print(CORRECTION_LINE)
+        print(TERMS_LINE)
         return 0
     table = Table(title="gmpo-plugins losses", show_lines=True)
     table.add_column("loss (provider)", no_wrap=True)
@@ -73,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(name, Text("\n".join(_details(row))))
     Console().print(table)
     Console().print(Text(CORRECTION_LINE))
+    Console().print(Text(TERMS_LINE))
     return 0
 
 
@@ -128,6 +140,17 @@ def corrections_table() -> str:
     lines = ["| option | default | values and meaning |", "|---|---|---|"]
     for name, default in CORRECTION_DEFAULTS.items():
         lines.append(f"| `{name}` | `{default}` | {CORRECTION_OPTIONS[name]} |")
+    return "\n".join(lines)
+
+
+TERMS_LINE = "Every loss also takes the loss terms' options (gmpo-plugins list --terms): " + ", ".join(TERM_DEFAULTS)
+
+
+def terms_table() -> str:
+    """The loss terms' options as one Markdown table: option, default, meaning."""
+    lines = ["| option | default | values and meaning |", "|---|---|---|"]
+    for name, default in TERM_DEFAULTS.items():
+        lines.append(f"| `{name}` | `{default}` | {TERM_OPTIONS[name]} |")
     return "\n".join(lines)
 
 

@@ -403,6 +403,17 @@ def apply_correction(
     return corrected, metrics
 
 
+def zero_weight_rule(inputs: LossInputs, correction: Correction, *, sequence_level: bool) -> LossInputs:
+    """``inputs`` with the zero-weight rule (module docstring) applied to its (B, T)
+    ``rollout_is_weights`` under ``correction.rollout_mask_count``, for weights set after
+    ``apply_correction`` (the top-entropy mask, ``core.terms``); ``inputs`` itself when the
+    mask is unchanged."""
+    mask = as_bool_mask(inputs.mask)
+    drop = correction.rollout_mask_count == "drop"
+    new_mask = _zero_weight_mask(inputs.rollout_is_weights, mask, sequence_level=sequence_level, drop=drop)
+    return inputs if new_mask is mask else replace(inputs, mask=new_mask)
+
+
 def _has_token_weights(inputs: LossInputs) -> bool:
     return inputs.rollout_is_weights is not None and inputs.rollout_is_weights.dim() == 2
 

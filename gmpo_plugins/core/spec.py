@@ -7,7 +7,10 @@ accepted ones) and what the loss requires of its inputs.
 
 Every loss also accepts the rollout correction's options (``core.correction.CORRECTION_DEFAULTS``):
 they are not the loss's own, never reach ``fn``, and act on its inputs before it runs
-(``correction.apply_correction``), whose metrics are added to the loss's.
+(``correction.apply_correction``), whose metrics are added to the loss's. Every loss accepts
+the loss terms' options too (``core.terms.TERM_DEFAULTS``: entropy bonus, top-entropy mask,
+NLL on positive samples), applied the same way around it (``terms.top_entropy_mask`` on its
+inputs, ``terms.add_terms`` on its result).
 """
 
 from __future__ import annotations
@@ -26,8 +29,19 @@ from gmpo_plugins.core.correction import (
     check_correction,
     check_correction_inputs,
     split_correction,
+    zero_weight_rule,
 )
 from gmpo_plugins.core.hparams import check_hparams
+from gmpo_plugins.core.terms import (
+    TERM_DEFAULTS,
+    add_terms,
+    check_term_inputs,
+    check_terms,
+    required_inputs,
+    split_terms,
+    term_reduction,
+    top_entropy_mask,
+)
 from gmpo_plugins.core.types import BatchInfo, Impl, LossInputs, LossOutput
 from gmpo_plugins.core.validation import (
     nonfinite_raises,
@@ -125,7 +139,8 @@ class LossSpec:
                     the caller's options override them
     requires        the optional ``LossInputs`` fields the loss reads (``"rewards"``): a call
                     without one raises ValueError naming it, and an adapter whose framework
-                    cannot supply it refuses the loss by name
+                    cannot supply it refuses the loss by name; the loss terms' options add
+                    theirs (``inputs_for``)
     formula         the loss in one line, for ``gmpo-plugins list --markdown``
     native          the frameworks that ship the loss themselves, as ``framework:name``
     provider        distribution that registered it (filled in by the registry)
@@ -147,14 +162,21 @@ class LossSpec:
     native: tuple[str, ...] = ()
     provider: str = ""
 
+    def inputs_for(self, hparams: Mapping[str, Any]) -> tuple[str, ...]:
+        """The optional ``LossInputs`` fields a call with ``hparams`` reads: ``requires`` and
+        those of the loss-term options set there (``terms.required_inputs``)."""
+        extra = [name for name in required_inputs(hparams) if name not in self.requires]
+        return (*self.requires, *extra)
+
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults updated with ``overrides``; unknown names raise TypeError with the valid ones.
-        Correction options (``core.correction``) are accepted and checked, and appear in the
-        result only where ``overrides`` gives them (the spec's own ``correction`` defaults are
-        added by ``__call__``)."""
-        unknown = [key for key in overrides if key not in self.defaults and key not in CORRECTION_DEFAULTS]
+        Correction options (``core.correction``) and loss-term options (``core.terms``) are
+        accepted and checked, and appear in the result only where ``overrides`` gives them (the
+        spec's own ``correction`` defaults are added by ``__call__``)."""
+        shared = {**CORRECTION_DEFAULTS, **TERM_DEFAULTS}
+        unknown = [key for key in overrides if key not in self.defaults and key not in shared]
         if unknown:
-            known = [*self.defaults, *CORRECTION_DEFAULTS]
+            known = [*self.defaults, *shared]
             hints = "".join(
                 f" (did you mean {close[0]!r} for {key!r}?)"
                 for key in unknown
@@ -162,10 +184,11 @@ class LossSpec:
             )
             raise TypeError(
                 f"{self.name}: unknown hyper-parameter(s) {unknown}; valid: {sorted(self.defaults)} and the "
-                f"rollout correction's {list(CORRECTION_DEFAULTS)}{hints}"
+                f"rollout correction's {list(CORRECTION_DEFAULTS)} and the loss terms' {list(TERM_DEFAULTS)}{hints}"
             )
         given = {key: value for key, value in overrides.items() if key in CORRECTION_DEFAULTS}
         check_correction(self.name, {**self.correction, **given})
+        check_terms(self.name, {key: value for key, value in overrides.items() if key in TERM_DEFAULTS})
         params = {**self.defaults, **overrides}
         optional = tuple(name for name, value in self.defaults.items() if value is None)
         check_hparams(
@@ -203,6 +226,7 @@ class LossSpec:
         ``impls``).
         """
         correction, params = split_correction({**self.correction, **self.resolve(hparams)})
+        terms, params = split_terms(params)
         if impl is not None:
             if impl not in self.impls:
                 offered = f"one of {list(self.impls)}" if self.impls else "None (it has one formulation)"
@@ -215,6 +239,7 @@ class LossSpec:
         validate_inputs(inputs, sequence_level=self.sequence_level, values=validate)
         validate_batch_info(batch, values=validate)
         check_correction_inputs(self.name, correction, inputs)
+        check_term_inputs(self.name, terms, inputs)
         for name in self.requires:
             if getattr(inputs, name) is None:
                 raise ValueError(f"{self.name}: {name} is required by this loss (LossInputs.{name}); got None")
@@ -228,6 +253,13 @@ class LossSpec:
                 stacklevel=2,
             )
         corrected, metrics = apply_correction(inputs, correction, sequence_level=self.sequence_level)
+        corrected, keep, mask_metrics = top_entropy_mask(corrected, terms)
+        if keep is not None:  # the kept tokens as zero weights: the zero-weight rule, as for a correction
+            corrected = zero_weight_rule(corrected, correction, sequence_level=self.sequence_level)
         out = check_result(self, self.fn(corrected, batch, **params), wants_grad, values=validate)
         out.metrics.update(metrics)
-        return out
+        out.metrics.update(mask_metrics)
+        reduction = term_reduction(params, sequence_level=self.sequence_level)
+        return add_terms(
+            out, corrected, batch, terms, reduction=reduction, norm_length=params.get("norm_length"), keep=keep
+        )

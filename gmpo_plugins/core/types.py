@@ -17,6 +17,11 @@ Shapes (padded layout, B sequences, T response positions):
     rewards              (B,) float, optional: each sequence's scalar reward (its verifier score
                                         before any advantage estimation), for losses that
                                         split samples by reward (``topr``; ``LossSpec.requires``)
+                                        and for the NLL term (``core.terms``)
+    entropy              (B, T) float, optional: the current policy's per-token entropy
+                                        -sum_v pi(v | ...) log pi(v | ...), differentiable (the
+                                        entropy bonus trains through it), for the loss terms
+                                        (``core.terms``: ``entropy_coef``, ``top_entropy_quantile``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
 gives a non-finite loss and gradient on every path, or a ValueError naming the input with
@@ -54,6 +59,7 @@ class LossInputs:
     rollout_is_weights: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
 
 @dataclass

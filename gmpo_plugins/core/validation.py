@@ -67,9 +67,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "rollout_is_weights": inputs.rollout_is_weights,
         "rollout_log_probs": inputs.rollout_log_probs,
         "rewards": inputs.rewards,
+        "entropy": inputs.entropy,
     }
     for name, value in tensors.items():
-        if value is None and name in ("ref_log_probs", "rollout_is_weights", "rollout_log_probs", "rewards"):
+        if value is None and name not in ("old_log_probs", "advantages", "mask"):
             continue
         tensor = _require_tensor(name, value)
         if tensor.device != log_probs.device:
@@ -81,7 +82,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
 
     _require_shape("old_log_probs", inputs.old_log_probs, bt, "(B, T)")
     _require_shape("mask", inputs.mask, bt, "(B, T)")
-    for name in ("ref_log_probs", "rollout_log_probs"):
+    for name in ("ref_log_probs", "rollout_log_probs", "entropy"):
         optional = tensors[name]
         if optional is not None:
             _require_shape(name, optional, bt, "(B, T)")
@@ -109,6 +110,7 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "rollout_is_weights",
         "rollout_log_probs",
         "rewards",
+        "entropy",
     ):
         optional = inputs.log_probs if name == "log_probs" else tensors[name]
         if optional is not None:

@@ -287,3 +287,20 @@ def test_trl_refuses_a_loss_needing_an_input_by_name():
     needs = "decoupled_ppo needs the rollout engine's log-probs, which the TRL adapter does not pass yet"
     with pytest.raises(UnsupportedTRLOptionError, match=needs):
         loss_resolution(None, get_loss("decoupled_ppo"))
+
+
+def test_a_loss_term_option_whose_input_the_adapter_does_not_pass_is_refused_by_name(monkeypatch):
+    """The loss terms' options in the override go through each adapter's translation (OpenRLHF's
+    and SkyRL's here; verl's and TRL's call the same ``resolve``): one that needs an input the
+    adapter does not pass is refused by name, and one at its default (off) is accepted."""
+    monkeypatch.setenv(OVERRIDE_ENV, '{"entropy_coef": 0.01}')
+    needs = r"^gmpo_plugins: gmpo with entropy_coef=0.01 needs per-token entropy, which the {} adapter"
+    with pytest.raises(OpenRLHFConfigError, match=needs.format("OpenRLHF")):
+        plan_loss("gmpo", **OPENRLHF_DEFAULTS)
+    with pytest.raises(SkyRLConfigError, match=needs.format("SkyRL")):
+        resolution_from_config(get_loss("gmpo"), skyrl_config(), "gmpo")
+    monkeypatch.setenv(OVERRIDE_ENV, '{"nll_coef": 0.1}')
+    with pytest.raises(SkyRLConfigError, match="gmpo with nll_coef=0.1 needs per-sequence rewards"):
+        resolution_from_config(get_loss("gmpo"), skyrl_config(), "gmpo")
+    monkeypatch.setenv(OVERRIDE_ENV, '{"entropy_coef": 0.0, "top_entropy_quantile": 1.0, "nll_coef": 0.0}')
+    assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams == {"eps_low": 0.2, "eps_high": 0.2}  # the fields only
