@@ -54,6 +54,11 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "adv_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "kl_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "ipo_threshold": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "fipo_decay_rate": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+    "fipo_clip_range": (lambda v: v is None or (_real(v) and v >= 0), "None or a finite number >= 0 (None or 0: no clip)"),
+    "fipo_clip_high_only": (lambda v: isinstance(v, bool), "True or False"),
+    "fipo_safety_threshold": (lambda v: v is None or (_real(v) and v > 0), "None or a finite number > 0"),
+    "real_tau": (lambda v: _real(v) and v > 0, "a finite number > 0"),
 }
 
 

@@ -17,6 +17,9 @@ Shapes (padded layout, B sequences, T response positions):
     rewards              (B,) float, optional: each sequence's scalar reward (its verifier score
                                         before any advantage estimation), for losses that
                                         split samples by reward (``topr``; ``LossSpec.requires``)
+    group_ids            (B,) integer, optional: rows with equal ids are one group (the samples
+                                        of one prompt), for losses that compare the samples of a
+                                        group with each other (``real``; ``LossSpec.requires``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
 gives a non-finite loss and gradient on every path, or a ValueError naming the input with
@@ -54,6 +57,7 @@ class LossInputs:
     rollout_is_weights: torch.Tensor | None = None
     rollout_log_probs: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
 
 
 @dataclass
