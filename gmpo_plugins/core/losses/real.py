@@ -5,14 +5,15 @@ ratio.
 Groups come from ``LossInputs.group_ids`` (B,) (rows with equal ids: the samples of one prompt).
 For row i with valid tokens t (|o_i| of them) and sequence advantage A_i:
 
-    S_i  = sum_t (log pi_theta - log pi_old) / |o_i|          the row's mean log ratio (raw)
+    S_i  = sum_t clamp(log pi_theta - log pi_old, -R, R) / |o_i|     the row's mean log ratio,
+                                                  R = log_ratio_bound (the guard of every loss)
     P_g  = {i in g : A_i > 0},   N_g = {i in g : A_i <= 0}    (rows with a valid token)
     L_g  = log(1 + sum_{j in N_g} rho_j e^{S_j / tau}) + log(1 + sum_{j in P_g} rho_j e^{-S_j / tau})
            if P_g and N_g are both non-empty, else 0 (ms-swift skips a group without both sides)
     loss = sum_i L_{g(i)} / N * dp_size                       (each row carries its group's loss)
 
-tau = ``real_tau``; each log(1 + sum) is a log-sum-exp with a 0 logit, finite for any finite
-input without a guard. rho_j is the row's rollout IS weight (the (B,) weight, or the mean of the
+tau = ``real_tau``; each log(1 + sum) is a log-sum-exp with a 0 logit. ms-swift averages the raw
+log ratios; the guard changes S_i only where a token's |log ratio| exceeds R (20 by default). rho_j is the row's rollout IS weight (the (B,) weight, or the mean of the
 (B, T) weights over its valid tokens; 1 without weights), detached: it weighs the sample's term
 inside its group's sums, so a row of weight 0 (masked by the rollout correction) leaves its
 group. ms-swift applies no rollout IS weight to REAL (its per-token loss is zero and the group
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.prepared import prepare, sequence_is_weights
+from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, prepare, sequence_is_weights
 from gmpo_plugins.core.reduce import SEQUENCE, masked_sum
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import eager_row_stats, empty_loss, finish, is_empty, kl_rows
@@ -73,6 +74,7 @@ def real_loss(
     kl_beta: float,
     kl_estimator: str,
     kl_clamp: float | None,
+    log_ratio_bound: float,
 ) -> LossOutput:
     """REAL (module docstring)."""
     if is_empty(inputs):  # B = 0 or T = 0
@@ -80,7 +82,8 @@ def real_loss(
     assert inputs.group_ids is not None  # LossSpec.requires
     p = prepare(inputs, sequence_level=True)
     dtype = p.log_ratio.dtype
-    scores = masked_sum(p.log_ratio, p.mask, dim=-1) / p.lengths.clamp_min(1)  # 0 on an empty row
+    guarded = clamp_or_nan(p.log_ratio, -log_ratio_bound, log_ratio_bound)  # NaN where not finite
+    scores = masked_sum(guarded, p.mask, dim=-1) / p.lengths.clamp_min(1)  # 0 on an empty row
     logits = scores / real_tau
     rho = sequence_is_weights(p.rollout_is_weights, p.mask, "arithmetic_mean", dtype)
     present = p.rows if rho is None else p.rows & (rho > 0)
@@ -109,7 +112,7 @@ REAL = LossSpec(
     name="real",
     fn=real_loss,
     description="ms-swift real: in-group classification of samples by advantage sign on their mean log ratio",
-    defaults={"real_tau": 0.5, "kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None},
+    defaults={"real_tau": 0.5, "kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None, "log_ratio_bound": LOG_RATIO_GUARD},
     sequence_level=True,
     split_invariant=False,  # a group's log-sum-exp spans its rows: exact only for splits that keep groups whole
     linear_in_advantages=False,  # only the advantages' signs are read
