@@ -82,7 +82,9 @@ def test_fipo_hand_values_default_clip_safety_and_dual_clip():
     # and its term is capped at -A * 3 = 3 (no gradient)
     out, grad = value_and_grad("fipo", fipo_case(), fipo_decay_rate=1.0, dual_clip=3.0)
     assert out.loss.item() == pytest.approx((-(E(0.175) + E(-0.2) + 1.28 * 1.2) + 3.0 + 1.0) / 5, rel=1e-12)
-    assert grad[1, 0].item() == 0.0 and out.metrics["fipo_future_kl_mean"].item() == pytest.approx((0.075 - 0.05 + 0.3) / 5)
+    assert grad[1, 0].item() == 0.0 and out.metrics["fipo_future_kl_mean"].item() == pytest.approx(
+        (0.075 - 0.05 + 0.3) / 5
+    )
 
 
 def fipo_reference(inputs: LossInputs, decay_rate=32.0, clip=0.2, high_only=True, safety=4.0, eps=(0.2, 0.28)):
@@ -233,7 +235,9 @@ def test_real_needs_integer_group_ids_of_shape_b():
     with pytest.raises(ValueError, match=r"^real: group_ids is required by this loss \(LossInputs.group_ids\)"):
         get_loss("real")(inputs)
     inputs.group_ids = f64([0.0, 0.0, 0.0, 1.0, 1.0])
-    with pytest.raises(TypeError, match=r"^group_ids: expected an integer tensor \(int64, int32, ...\), got torch.float64"):
+    with pytest.raises(
+        TypeError, match=r"^group_ids: expected an integer tensor \(int64, int32, ...\), got torch.float64"
+    ):
         get_loss("real")(inputs)
     inputs.group_ids = torch.zeros(5, 1, dtype=torch.long)
     with pytest.raises(ValueError, match=r"^group_ids: expected shape \(B,\) = \(5,\), got \(5, 1\)$"):
@@ -274,3 +278,22 @@ def test_the_openrlhf_skyrl_and_trl_translations_refuse_real_first():
         resolution_from_config(get_loss("real"), None, "real")
     with pytest.raises(UnsupportedTRLOptionError, match=message.format("TRL")):
         loss_resolution(None, get_loss("real"))
+
+
+@pytest.mark.parametrize(
+    "name, hparams, message",
+    [
+        ("fipo", {"fipo_decay_rate": 0.0}, "fipo_decay_rate must be a finite number > 0"),
+        ("fipo", {"fipo_clip_range": -0.1}, "fipo_clip_range must be None or a finite number >= 0"),
+        ("fipo", {"fipo_clip_high_only": 1}, "fipo_clip_high_only must be True or False"),
+        ("fipo", {"fipo_safety_threshold": 0.0}, "fipo_safety_threshold must be None or a finite number > 0"),
+        ("fipo", {"reduction": "seq-mean-token-mean"}, r"reduction must be one of \['token-mean'\]"),
+        ("real", {"real_tau": 0.0}, "real_tau must be a finite number > 0"),
+    ],
+)
+def test_a_bad_hyper_parameter_is_refused_by_name(name, hparams, message):
+    inputs = real_case()
+    with pytest.raises(ValueError, match=f"^{name}: {message}"):
+        get_loss(name)(inputs, **hparams)
+    # None or 0 switches fipo's clip off, None its safety band (ms-swift's)
+    get_loss("fipo")(inputs, fipo_clip_range=0.0, fipo_safety_threshold=None)

@@ -13,11 +13,12 @@ For row i with valid tokens t (|o_i| of them) and sequence advantage A_i:
     loss = sum_i L_{g(i)} / N * dp_size                       (each row carries its group's loss)
 
 tau = ``real_tau``; each log(1 + sum) is a log-sum-exp with a 0 logit. ms-swift averages the raw
-log ratios; the guard changes S_i only where a token's |log ratio| exceeds R (20 by default). rho_j is the row's rollout IS weight (the (B,) weight, or the mean of the
-(B, T) weights over its valid tokens; 1 without weights), detached: it weighs the sample's term
-inside its group's sums, so a row of weight 0 (masked by the rollout correction) leaves its
-group. ms-swift applies no rollout IS weight to REAL (its per-token loss is zero and the group
-sums read only the scores); with weights all 1 the two agree.
+log ratios; the guard changes S_i only where a token's |log ratio| exceeds R (20 by default).
+rho_j is the row's rollout IS weight (the (B,) weight, or the mean of the (B, T) weights over its
+valid tokens; 1 without weights), detached: it weighs the sample's term inside its group's sums,
+so a row of weight 0 (masked by the rollout correction) leaves its group. ms-swift applies no
+rollout IS weight to REAL (its per-token loss is zero and the group sums read only the scores);
+with weights all 1 the two agree.
 
 Normalisation: N is the number of sequences (``BatchInfo.global_batch_size``, or the local rows
 with a valid token). With every group of size G whole on the micro-batch, ``sum_i L_{g(i)} / N``
@@ -112,7 +113,13 @@ REAL = LossSpec(
     name="real",
     fn=real_loss,
     description="ms-swift real: in-group classification of samples by advantage sign on their mean log ratio",
-    defaults={"real_tau": 0.5, "kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None, "log_ratio_bound": LOG_RATIO_GUARD},
+    defaults={
+        "real_tau": 0.5,
+        "kl_beta": 0.0,
+        "kl_estimator": "k3",
+        "kl_clamp": None,
+        "log_ratio_bound": LOG_RATIO_GUARD,
+    },
     sequence_level=True,
     split_invariant=False,  # a group's log-sum-exp spans its rows: exact only for splits that keep groups whole
     linear_in_advantages=False,  # only the advantages' signs are read
