@@ -112,7 +112,7 @@ def influence_weight(
             delta = torch.where(log_ratio > math.log(dual_clip), 0.0, log_ratio)
         future = future_kl(delta, 2.0 ** (-1.0 / fipo_decay_rate))
         weight = torch.exp(clamp_or_nan(future, -log_ratio_bound, log_ratio_bound))
-        if fipo_clip_range:
+        if fipo_clip_range is not None and fipo_clip_range > 0:
             low = 1.0 if fipo_clip_high_only else 1.0 - fipo_clip_range
             weight = weight.clamp(low, 1.0 + fipo_clip_range)
         if fipo_safety_threshold is not None:
