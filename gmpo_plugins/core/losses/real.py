@@ -17,8 +17,9 @@ log ratios; the guard changes S_i only where a token's |log ratio| exceeds R (20
 rho_j is the row's rollout IS weight (the (B,) weight, or the mean of the (B, T) weights over its
 valid tokens; 1 without weights), detached: it weighs the sample's term inside its group's sums,
 so a row of weight 0 (masked by the rollout correction) leaves its group. ms-swift applies no
-rollout IS weight to REAL (its per-token loss is zero and the group sums read only the scores);
-with weights all 1 the two agree.
+rollout IS weight to REAL (its per-token loss is zero and the group sums read only the scores),
+and its off-policy sequence mask leaves a masked row in its group with score 0; with weights all
+1 the two agree.
 
 Normalisation: N is the number of sequences (``BatchInfo.global_batch_size``, or the local rows
 with a valid token). With every group of size G whole on the micro-batch, ``sum_i L_{g(i)} / N``
