@@ -26,6 +26,7 @@ SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": (), "openrlhf": (), "
 
 DESCRIPTIONS = {
     "rewards": "per-sequence rewards",
+    "group_ids": "group ids (the rows that share a prompt)",
     "rollout_log_probs": "the rollout engine's log-probs",
     "ref_log_probs": "reference log-probs",
     "rollout_is_weights": "precomputed IS weights",

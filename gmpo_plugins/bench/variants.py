@@ -24,7 +24,7 @@ from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 # the optional LossInputs that make_case can build (LossSpec.requires names them)
-OPTIONAL_INPUTS = ("rollout_log_probs", "rewards")
+OPTIONAL_INPUTS = ("rollout_log_probs", "rewards", "group_ids")
 
 
 @dataclass
@@ -62,7 +62,8 @@ def make_case(
 ) -> Case:
     """Log ratios ~ N(0, 0.3^2), row i valid on its first L_i tokens with L_i uniform in
     [T/2, T], advantages (B,) ~ N(0, 1); the optional inputs ``requires`` names
-    (``LossSpec.requires``): rollout log-probs ~ old + N(0, 0.1^2), rewards (B,) in {0, 1}."""
+    (``LossSpec.requires``): rollout log-probs ~ old + N(0, 0.1^2), rewards (B,) in {0, 1}, group
+    ids of groups of 4 consecutive rows."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     old = -3.0 * torch.rand(batch_size, length, generator=g)
     log_probs = old + 0.3 * torch.randn(batch_size, length, generator=g)
@@ -80,6 +81,8 @@ def make_case(
         inputs.rollout_log_probs = rollout.to(device=device, dtype=dtype)
     if "rewards" in requires:
         inputs.rewards = (torch.rand(batch_size, generator=g) < 0.5).to(device=device, dtype=dtype)
+    if "group_ids" in requires:
+        inputs.group_ids = (torch.arange(batch_size) // 4).to(device)
     return Case(inputs, BatchInfo(dp_size=1, global_batch_size=batch_size))
 
 

@@ -253,6 +253,7 @@ def fused_linear_loss(
     rollout_is_weights: torch.Tensor | None = None,
     rollout_log_probs: torch.Tensor | None = None,
     rewards: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
     temperature: float = 1.0,
     chunk_size: int | None = None,
     validate: bool = True,
@@ -275,6 +276,7 @@ def fused_linear_loss(
         rollout_is_weights: (B, T) or (B,), as ``LossInputs``.
         rollout_log_probs: (B, T), as ``LossInputs``.
         rewards: (B,), as ``LossInputs``.
+        group_ids: (B,) integer, as ``LossInputs``.
         temperature: the logits are divided by it before the softmax.
         chunk_size: positions per chunk of logits (None: ``default_chunk_size(V, B * T)``).
         validate: also check values (target ids in range, hidden states finite at valid
@@ -306,7 +308,15 @@ def fused_linear_loss(
         old_log_probs = log_probs.detach()
     out = spec(
         LossInputs(
-            log_probs, old_log_probs, advantages, mask, ref_log_probs, rollout_is_weights, rollout_log_probs, rewards
+            log_probs,
+            old_log_probs,
+            advantages,
+            mask,
+            ref_log_probs,
+            rollout_is_weights,
+            rollout_log_probs,
+            rewards,
+            group_ids,
         ),
         batch,
         validate=validate,

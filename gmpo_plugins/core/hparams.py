@@ -54,13 +54,21 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "adv_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "kl_tau": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
     "ipo_threshold": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "fipo_decay_rate": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+    "fipo_clip_range": (
+        lambda v: v is None or (_real(v) and v >= 0),
+        "None or a finite number >= 0 (None or 0: no clip)",
+    ),
+    "fipo_clip_high_only": (lambda v: isinstance(v, bool), "True or False"),
+    "fipo_safety_threshold": (lambda v: v is None or (_real(v) and v > 0), "None or a finite number > 0"),
+    "real_tau": (lambda v: _real(v) and v > 0, "a finite number > 0"),
 }
 
 
 REFUSED_REDUCTIONS = {
-    "prompt_mean": "SkyRL's prompt_mean averages tokens within each prompt's group of samples; the loss inputs "
-    "carry no prompt grouping, and a group's token count spans micro-batches (pass per-sequence weights "
-    "through the advantages instead)",
+    "prompt_mean": "SkyRL's prompt_mean averages tokens within each prompt's group of samples; a group's token "
+    "count spans micro-batches, and no adapter passes the grouping (LossInputs.group_ids) (pass per-sequence "
+    "weights through the advantages instead)",
 }
 """Reductions other frameworks have that the registry refuses, with the reason."""
 

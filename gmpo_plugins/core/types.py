@@ -22,6 +22,9 @@ Shapes (padded layout, B sequences, T response positions):
                                         -sum_v pi(v | ...) log pi(v | ...), differentiable (the
                                         entropy bonus trains through it), for the loss terms
                                         (``core.terms``: ``entropy_coef``, ``top_entropy_quantile``)
+    group_ids            (B,) integer, optional: rows with equal ids are one group (the samples
+                                        of one prompt), for losses that compare the samples of a
+                                        group with each other (``real``; ``LossSpec.requires``)
 
 Values at valid positions must be finite; a NaN or +-inf there (a -inf log-prob included)
 gives a non-finite loss and gradient on every path, or a ValueError naming the input with
@@ -60,6 +63,7 @@ class LossInputs:
     rollout_log_probs: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
 
 
 @dataclass

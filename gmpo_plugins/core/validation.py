@@ -20,6 +20,7 @@ import torch
 from gmpo_plugins.core.types import BatchInfo, LossInputs
 
 _ADVANTAGE_TOLERANCE = 1e-5
+_OPTIONAL = ("ref_log_probs", "rollout_is_weights", "rollout_log_probs", "rewards", "entropy", "group_ids")
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:
@@ -33,6 +34,11 @@ def _require_float(name: str, tensor: torch.Tensor) -> None:
         raise TypeError(
             f"{name}: expected a floating-point tensor (float16, bfloat16, float32 or float64), got {tensor.dtype}"
         )
+
+
+def _require_integer(name: str, tensor: torch.Tensor) -> None:
+    if tensor.dtype.is_floating_point or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise TypeError(f"{name}: expected an integer tensor (int64, int32, ...), got {tensor.dtype}")
 
 
 def _require_shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...], label: str) -> None:
@@ -68,16 +74,19 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
         "rollout_log_probs": inputs.rollout_log_probs,
         "rewards": inputs.rewards,
         "entropy": inputs.entropy,
+        "group_ids": inputs.group_ids,
     }
     for name, value in tensors.items():
-        if value is None and name not in ("old_log_probs", "advantages", "mask"):
+        if value is None and name in _OPTIONAL:
             continue
         tensor = _require_tensor(name, value)
         if tensor.device != log_probs.device:
             raise ValueError(
                 f"{name}: is on {tensor.device} but log_probs is on {log_probs.device}; put all inputs on one device"
             )
-        if name != "mask":
+        if name == "group_ids":
+            _require_integer(name, tensor)
+        elif name != "mask":
             _require_float(name, tensor)
 
     _require_shape("old_log_probs", inputs.old_log_probs, bt, "(B, T)")
@@ -92,8 +101,10 @@ def validate_inputs(inputs: LossInputs, *, sequence_level: bool, values: bool = 
             raise ValueError(
                 f"{name}: expected shape (B,) = {(batch_size,)} or (B, T) = {bt}, got {tuple(optional.shape)}"
             )
-    if inputs.rewards is not None:
-        _require_shape("rewards", inputs.rewards, (batch_size,), "(B,)")
+    for name in ("rewards", "group_ids"):
+        optional = tensors[name]
+        if optional is not None:
+            _require_shape(name, optional, (batch_size,), "(B,)")
 
     if not values or log_probs.numel() == 0:  # an empty micro-batch has no value to check
         return

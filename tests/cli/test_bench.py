@@ -97,7 +97,7 @@ def test_losses_that_require_inputs_are_timed_on_them(capsys):
     """Each loss gets the optional inputs it requires (rewards, rollout log-probs) and no others:
     all of them in one cell, none fails, and a loss that requires none is called without them."""
     needing = sorted(spec.name for spec in list_losses() if spec.requires)
-    assert {"topr", "decoupled_ppo"} <= set(needing)
+    assert {"topr", "decoupled_ppo", "real"} <= set(needing)
     argv = ["bench", "--losses", ",".join([*needing, "gmpo"]), "--shapes", "2x16", "--dtypes", "fp32"]
     assert main([*argv, "--repeats", "1", "--markdown"]) == 0
     out = capsys.readouterr().out

@@ -34,7 +34,7 @@ def test_json_lists_every_loss_with_provider_and_defaults(capsys):
         "seq-mean-token-sum",
     ]
     assert rows["gmpo"]["split_invariant"] is True
-    assert {name for name, row in rows.items() if not row["split_invariant"]} == {"clip_cov", "kl_cov", "m2po"}
+    assert {name for name, row in rows.items() if not row["split_invariant"]} == {"clip_cov", "kl_cov", "m2po", "real"}
     assert rows["grpo"]["impls"] == ["auto", "eager", "torch"]
     assert rows["gmpo"]["reductions"] == [] and rows["gmpo"]["impls"] == ["auto", "eager", "torch", "triton"]
     assert rows["example_reinforce"]["impls"] == []

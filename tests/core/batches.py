@@ -34,8 +34,9 @@ def random_batch(
 
 def complete(inputs: LossInputs, name: str) -> LossInputs:
     """``inputs`` with the optional inputs loss ``name`` requires (``LossSpec.requires``) filled in,
-    so that tests over every loss can call it: (B,) rewards of both signs (a zero included), and
-    rollout log-probs 0.1 * sin(t) away from ``old_log_probs``. Fields already given are kept,
+    so that tests over every loss can call it: (B,) rewards of both signs (a zero included),
+    rollout log-probs 0.1 * sin(t) away from ``old_log_probs``, and group ids pairing
+    consecutive rows (0, 0, 1, 1, ...). Fields already given are kept,
     except precomputed ``rollout_is_weights`` where the loss's own correction defaults compute
     IS weights (``LossSpec.correction``: the two would be refused as two IS weights)."""
     from dataclasses import replace
@@ -56,4 +57,6 @@ def complete(inputs: LossInputs, name: str) -> LossInputs:
         elif field == "rollout_log_probs":
             steps = torch.arange(old.shape[-1], dtype=old.dtype, device=old.device)
             fill[field] = (old.detach() + 0.1 * torch.sin(steps)).to(old.dtype)
+        elif field == "group_ids":
+            fill[field] = torch.arange(old.shape[0], device=old.device) // 2
     return replace(inputs, **fill) if fill else inputs

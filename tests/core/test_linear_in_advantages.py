@@ -44,5 +44,5 @@ def test_linear_in_advantages_is_what_the_loss_computes(spec):
 
 def test_the_non_linear_losses_are_named():
     assert sorted(spec.name for spec in list_losses() if not spec.linear_in_advantages) == [
-        *("clip_cov", "dro", "kl_cov", "prime_ipo", "prime_rl")
+        *("clip_cov", "dro", "kl_cov", "prime_ipo", "prime_rl", "real")
     ]

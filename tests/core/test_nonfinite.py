@@ -52,8 +52,9 @@ def _paths() -> list:
 
 
 def _inputs(loss: str) -> tuple[str, ...]:
-    """The inputs poisoned in turn: ``INPUTS`` and those the loss requires (``LossSpec.requires``)."""
-    return (*INPUTS, *get_loss(loss).requires)
+    """The inputs poisoned in turn: ``INPUTS`` and the float ones the loss requires
+    (``LossSpec.requires``; integer group ids hold no NaN or inf)."""
+    return (*INPUTS, *(name for name in get_loss(loss).requires if name != "group_ids"))
 
 
 def _batch() -> dict[str, torch.Tensor]:
@@ -74,6 +75,7 @@ def _batch() -> dict[str, torch.Tensor]:
         "rollout_is_weights": 0.5 + torch.rand(B, T, generator=g),
         "rollout_log_probs": old - 0.05,  # given to a loss that requires it (LossSpec.requires)
         "rewards": torch.tensor([1.0, 0.0, -1.0]),
+        "group_ids": torch.tensor([0, 0, 0]),  # one group with both signs of advantage
     }
 
 

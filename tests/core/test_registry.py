@@ -21,6 +21,7 @@ BUILTINS = {
     *("gmpo", "gmpo_noclip", "gmpo_seqclip", "gmpo_nonorm", "grpo", "dapo", "dr_grpo", "gspo"),
     *("cispo", "sapo", "gpg", "dro", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov", "luspo", "vespo"),
     *("rollout_is", "importance_sampling", "topr", "decoupled_ppo", "m2po", "prime_rl", "prime_ipo"),
+    *("fipo", "real"),
 }
 
 

@@ -9,6 +9,7 @@ from gmpo_plugins.core.losses.covariance import CLIP_COV, KL_COV
 from gmpo_plugins.core.losses.decoupled_ppo import DECOUPLED_PPO, M2PO
 from gmpo_plugins.core.losses.dppo import DPPO_KL, DPPO_TV
 from gmpo_plugins.core.losses.dro import DRO
+from gmpo_plugins.core.losses.fipo import FIPO
 from gmpo_plugins.core.losses.gmpo import GMPO, GMPO_NOCLIP, GMPO_NONORM, GMPO_SEQCLIP
 from gmpo_plugins.core.losses.gpg import GPG
 from gmpo_plugins.core.losses.gspo import GSPO
@@ -16,6 +17,7 @@ from gmpo_plugins.core.losses.importance_sampling import IMPORTANCE_SAMPLING
 from gmpo_plugins.core.losses.luspo import LUSPO
 from gmpo_plugins.core.losses.ppo_clip import DAPO, DR_GRPO, GRPO
 from gmpo_plugins.core.losses.prime_rl import PRIME_IPO, PRIME_RL
+from gmpo_plugins.core.losses.real import REAL
 from gmpo_plugins.core.losses.rollout_is import ROLLOUT_IS
 from gmpo_plugins.core.losses.sapo import SAPO
 from gmpo_plugins.core.losses.topr import TOPR
@@ -39,6 +41,7 @@ BUILTIN_LOSSES: tuple[LossSpec, ...] = (
     TOPR,
     *(DECOUPLED_PPO, M2PO),
     *(PRIME_RL, PRIME_IPO),
+    *(FIPO, REAL),
 )
 
 NOT_REGISTERED: dict[str, str] = {
