@@ -146,7 +146,8 @@ def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
     differs by rounding, about rtol * mean_t |l_t| in absolute terms, which exp turns into
     that *relative* error of w_i: the tolerance of w-derived values (loss, gradient,
     seq_weight_*) is scaled by kappa = 1 + max_i mean_t |r_t| (the conditioning of
-    exp(mean)); for contiguous inputs the torch path is in practice bit-identical."""
+    exp(mean); max_i sum_t |r_t| for gmpo_nonorm, whose s_i is the sum); for contiguous inputs
+    the torch path is in practice bit-identical."""
     dtype = inputs.log_probs.dtype
     rtol = RTOL[dtype] if rtol is None else rtol
     eager, grad_eager = run(name, inputs, batch, params, "eager")
@@ -165,8 +166,10 @@ def assert_agree(name, inputs, batch, params, impl, device="cpu", rtol=None):
     kl_scale = r.abs().mean().item() if r.numel() else 0.0
     count = inputs.mask.sum(-1).clamp_min(1)
     bound = params["log_ratio_bound"]
-    kappa = 1.0 + (r_all.clamp(-bound, bound).abs().sum(-1) / count).max().item()
-    kappa_raw = 1.0 + (r_all.abs().sum(-1) / count).max().item()
+    # gmpo_nonorm's s_i is the row's sum, not its mean: the rounding of the sum conditions exp(s_i)
+    per_row = torch.ones_like(count) if name == "gmpo_nonorm" else count
+    kappa = 1.0 + (r_all.clamp(-bound, bound).abs().sum(-1) / per_row).max().item()
+    kappa_raw = 1.0 + (r_all.abs().sum(-1) / per_row).max().item()
 
     def close(label, got, want, magnitude=0.0, scale=1.0):
         got, want = got.detach().cpu().double(), want.detach().double()
