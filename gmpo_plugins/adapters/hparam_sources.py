@@ -183,7 +183,9 @@ class Resolution:
         differing = [
             item
             for item in self.items
-            if item.from_framework_default and item.field is not None and item.value != own_default(self.spec, item.hparam)
+            if item.from_framework_default
+            and item.field is not None
+            and item.value != own_default(self.spec, item.hparam)
         ]
         if not differing:
             return None
