@@ -16,6 +16,7 @@ from gmpo_plugins import BatchInfo, LossInputs, get_loss, list_losses
 from gmpo_plugins.adapters.hparam_sources import Field
 from gmpo_plugins.compare.backends.base import PolicyLossCall
 from gmpo_plugins.compare.parity.harness import parity_cases
+from gmpo_plugins.core.terms import TERM_DEFAULTS
 
 FIRST_ROWS = {"eps_low", "eps_high", "dual_clip", "reduction", "norm_length", "kl_beta"}
 """The hyper-parameters the tables fed before the newer losses."""
@@ -54,6 +55,8 @@ def new_rows(fields: Sequence[Field]) -> list[tuple[Field, str]]:
     what a config sets)."""
     rows = []
     for row in fields:
+        if row.hparam in TERM_DEFAULTS:
+            continue  # the loss terms read inputs a compare backend does not carry: the session's term tests
         if row.hparam == "reduction" or (
             row.hparam in FIRST_ROWS and (row.applies is None or row.feeds(get_loss("grpo")))
         ):

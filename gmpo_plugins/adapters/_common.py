@@ -27,6 +27,7 @@ import torch
 
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.terms import TERM_DEFAULTS, TERM_OPTIONS, check_terms
 
 VALIDATE_ENV = "GMPO_PLUGINS_VALIDATE"
 VALIDATE_MODES = ("first", "always", "never")
@@ -69,6 +70,8 @@ def hparam_meaning(spec: LossSpec, hparam: str) -> str:
         return f"it is {spec.name}'s batch reduction, one of {list(spec.reductions)}"
     if hparam == "norm_length":
         return "it is the constant length of seq-mean-token-sum-norm, expected null or an int > 0"
+    if hparam in TERM_OPTIONS:
+        return f"it is the loss term option {hparam} ({TERM_OPTIONS[hparam]})"
     return f"it is {spec.name}'s {hparam}"
 
 
@@ -86,7 +89,10 @@ def check_translated_hparams(
     ratio_space = spec.clip_space == "ratio"
     for hparam, value in params.items():
         try:
-            check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
+            if hparam in TERM_DEFAULTS:
+                check_terms(spec.name, {hparam: value})
+            else:
+                check_hparams(spec.name, {hparam: value}, reductions=spec.reductions, ratio_space=ratio_space)
         except ValueError as exc:
             raise error(
                 f"gmpo_plugins: {setting_of(hparam)}={value!r} is not valid for {context}: "

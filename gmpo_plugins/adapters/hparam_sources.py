@@ -13,6 +13,9 @@ Precedence, for each hyper-parameter of the loss:
     2. the framework's field
     3. the loss's own default (``spec.defaults``)
 
+The loss terms' options (``core.terms.TERM_DEFAULTS``, which every loss accepts) resolve the
+same way where a row or the override sets them, and are left out (off) otherwise.
+
 A framework config cannot tell an explicit value from its default, so a field whose value
 equals its default is labelled "framework default" and yields to an override; one
 hyper-parameter set both by the override and by a field with a non-default value is an
@@ -55,6 +58,7 @@ from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.terms import TERM_DEFAULTS
 
 OVERRIDE_ENV = "GMPO_PLUGINS_LOSS_HPARAMS"
 LOSS_DEFAULT = "loss default"
@@ -100,8 +104,15 @@ class Field:
     applies: Callable[[LossSpec], bool] | None = None
 
     def feeds(self, spec: LossSpec) -> bool:
-        """Whether this row feeds ``spec``: it declares ``hparam`` and ``applies`` allows it."""
-        return self.hparam in spec.defaults and (self.applies is None or self.applies(spec))
+        """Whether this row feeds ``spec``: it declares ``hparam`` (every loss declares the loss
+        terms' options, ``core.terms``) and ``applies`` allows it."""
+        declared = self.hparam in spec.defaults or self.hparam in TERM_DEFAULTS
+        return declared and (self.applies is None or self.applies(spec))
+
+
+def own_default(spec: LossSpec, hparam: str) -> Any:
+    """``spec``'s own default of ``hparam``: its ``defaults``, or the loss terms' (``TERM_DEFAULTS``)."""
+    return spec.defaults[hparam] if hparam in spec.defaults else TERM_DEFAULTS[hparam]
 
 
 def ratio_cap(spec: LossSpec) -> bool:
@@ -172,7 +183,9 @@ class Resolution:
         differing = [
             item
             for item in self.items
-            if item.from_framework_default and item.field is not None and item.value != self.spec.defaults[item.hparam]
+            if item.from_framework_default
+            and item.field is not None
+            and item.value != own_default(self.spec, item.hparam)
         ]
         if not differing:
             return None
@@ -180,7 +193,7 @@ class Resolution:
         clauses = []
         for item in differing:
             assert item.field is not None
-            own = self.spec.defaults[item.hparam]
+            own = own_default(self.spec, item.hparam)
             how = f"set {item.setting}"
             if item.field.overridable:
                 how += f", or {OVERRIDE_ENV}='{json.dumps({item.hparam: own})}'"
@@ -305,6 +318,11 @@ def resolve(
             items.append(Resolved(hparam, override[hparam][1], f"override {override[hparam][0]}"))
         else:
             items.append(Resolved(hparam, default, LOSS_DEFAULT))
+    for hparam in TERM_DEFAULTS:  # listed where a field or the override sets them; off otherwise
+        if hparam in decided:
+            items.append(decided[hparam])
+        elif hparam in override:
+            items.append(Resolved(hparam, override[hparam][1], f"override {override[hparam][0]}"))
     resolution = Resolution(framework, selector, spec, tuple(items))
     params = {**spec.defaults, **resolution.params()}
     try:

@@ -15,14 +15,17 @@ does not pass is refused the same way, naming the option (``hparam_sources.resol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 
-SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": (), "openrlhf": (), "skyrl": ()}
-"""Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss."""
+SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": ("rewards", "entropy"), "openrlhf": (), "skyrl": ()}
+"""Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss
+(TRL: the per-sample total reward of its reward functions and the differentiable per-token
+entropy of its forward; on its fused-linear path the entropy is not passed, which that path
+refuses by name itself: ``adapters.trl.options``)."""
 
 DESCRIPTIONS = {
     "rewards": "per-sequence rewards",
@@ -35,22 +38,32 @@ DESCRIPTIONS = {
 """Field -> how a refusal names it."""
 
 
-def missing_inputs(spec: LossSpec, framework: str, hparams: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+def missing_inputs(
+    spec: LossSpec,
+    framework: str,
+    hparams: Mapping[str, Any] | None = None,
+    supplied: Sequence[str] | None = None,
+) -> tuple[str, ...]:
     """The fields a call of ``spec`` with ``hparams`` reads (``LossSpec.inputs_for``) that the
-    ``framework`` adapter does not pass (any name case)."""
-    supplied = SUPPLIED.get(framework.lower(), ())
-    return tuple(name for name in spec.inputs_for(hparams or {}) if name not in supplied)
+    ``framework`` adapter does not pass (any name case), or that are not in ``supplied`` when
+    given."""
+    passed = SUPPLIED.get(framework.lower(), ()) if supplied is None else supplied
+    return tuple(name for name in spec.inputs_for(hparams or {}) if name not in passed)
 
 
 def refusal(
-    spec: LossSpec, framework: str, caller: str | None = None, hparams: Mapping[str, Any] | None = None
+    spec: LossSpec,
+    framework: str,
+    caller: str | None = None,
+    hparams: Mapping[str, Any] | None = None,
+    supplied: Sequence[str] = (),
 ) -> str | None:
     """``"topr needs per-sequence rewards, which the verl adapter does not pass yet"``, or None
     when the adapter passes every input the loss requires; ``caller`` names another caller
-    that passes none of them (``"the parity harness"``). With ``hparams``, the loss-term
-    options set there count too, and the refusal names them (``"gmpo with entropy_coef=0.01
-    needs per-token entropy, ..."``)."""
-    missing = missing_inputs(spec, framework, hparams) if caller is None else spec.inputs_for(hparams or {})
+    that passes only the fields ``supplied`` (``"the parity harness"``: none). With
+    ``hparams``, the loss-term options set there count too, and the refusal names them
+    (``"gmpo with entropy_coef=0.01 needs per-token entropy, ..."``)."""
+    missing = missing_inputs(spec, framework, hparams, None if caller is None else supplied)
     if not missing:
         return None
     needs = " and ".join(DESCRIPTIONS.get(name, name) for name in missing)

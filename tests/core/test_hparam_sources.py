@@ -303,4 +303,27 @@ def test_a_loss_term_option_whose_input_the_adapter_does_not_pass_is_refused_by_
     with pytest.raises(SkyRLConfigError, match="gmpo with nll_coef=0.1 needs per-sequence rewards"):
         resolution_from_config(get_loss("gmpo"), skyrl_config(), "gmpo")
     monkeypatch.setenv(OVERRIDE_ENV, '{"entropy_coef": 0.0, "top_entropy_quantile": 1.0, "nll_coef": 0.0}')
-    assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams == {"eps_low": 0.2, "eps_high": 0.2}  # the fields only
+    terms_off = {"entropy_coef": 0.0, "top_entropy_quantile": 1.0, "nll_coef": 0.0}  # passed on, as any override
+    assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams == {"eps_low": 0.2, "eps_high": 0.2, **terms_off}
+
+
+def test_a_loss_term_option_resolves_like_a_hyper_parameter():
+    """A row may feed a loss term's option (every loss accepts them): it takes its source, is
+    checked under its setting's name, and an override of a term option reaches the loss's
+    keywords and the line (TRL's table, ``adapters.trl.options``, has two such rows)."""
+    row = Field("top_entropy_quantile", "cfg.quantile", 1.0, attribute("quantile"), when="always")
+    gmpo = get_loss("gmpo")
+
+    def run(quantile, override=None):
+        overrides = {"loss_hparams": override or {}}
+        config = SimpleNamespace(quantile=quantile)
+        return resolve(gmpo, (row,), config, framework="TRL", selector="s", error=ValueError, overrides=overrides)
+
+    resolution = run(0.25, {"nll_coef": 0.5})
+    assert resolution.params() == {"top_entropy_quantile": 0.25, "nll_coef": 0.5}
+    assert resolution.line().endswith(
+        "top_entropy_quantile=0.25 (framework field cfg.quantile), nll_coef=0.5 (override loss_hparams)"
+    )
+    assert run(1.0).params() == {"top_entropy_quantile": 1.0}  # the field at its default: off, and said so
+    with pytest.raises(ValueError, match=r"^gmpo_plugins: cfg.quantile=1.5 is not valid for s: it is the loss term"):
+        run(1.5)

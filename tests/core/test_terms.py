@@ -289,7 +289,7 @@ def test_the_options_need_their_inputs_in_the_spec_and_the_adapters_refuse_them_
     assert gmpo.inputs_for({"entropy_coef": -0.1, "nll_coef": 0.1}) == ("entropy", "rewards")
     assert topr.inputs_for({"nll_coef": 0.1}) == ("rewards",)
     assert refusal(gmpo, "verl", hparams={"entropy_coef": 0.0}) is None
-    for framework in ("verl", "OpenRLHF", "TRL", "SkyRL"):
+    for framework in ("verl", "OpenRLHF", "SkyRL"):  # TRL passes both inputs (tests/trl/test_terms.py)
         with pytest.raises(ValueError) as error:
             resolve(
                 gmpo,
@@ -304,10 +304,11 @@ def test_the_options_need_their_inputs_in_the_spec_and_the_adapters_refuse_them_
             f"gmpo_plugins: gmpo with entropy_coef=0.01 needs per-token entropy, which the {framework} adapter "
             "does not pass yet"
         )
-    assert refusal(gmpo, "TRL", hparams={"nll_coef": 0.5, "top_entropy_quantile": 0.2}) == (
+    assert refusal(gmpo, "SkyRL", hparams={"nll_coef": 0.5, "top_entropy_quantile": 0.2}) == (
         "gmpo with nll_coef=0.5, top_entropy_quantile=0.2 needs per-token entropy and per-sequence rewards, which "
-        "the TRL adapter does not pass yet"
+        "the SkyRL adapter does not pass yet"
     )
+    assert refusal(gmpo, "TRL", hparams={"nll_coef": 0.5, "top_entropy_quantile": 0.2}) is None
 
 
 def test_every_loss_accepts_the_options_and_none_declares_them():

@@ -57,7 +57,7 @@ def test_the_keywords_build_a_grpo_config_that_the_adapter_reads_back(tmp_path, 
     for key, value in translator.translate(spec).env.items():
         monkeypatch.setenv(key, value)
     got = loss_hparams_from_args(args, loss)
-    wanted = spec.resolved_hparams()
+    wanted = {"entropy_coef": 0.0, "top_entropy_quantile": 1.0, **spec.resolved_hparams()}  # GRPOConfig's terms, off
     if "kl_beta" in loss.defaults:
         wanted.update(kl_beta=spec.kl_coef, kl_estimator=spec.kl_estimator)
     if wanted.get("reduction") != "seq-mean-token-sum-norm":  # the constant length is unused

@@ -23,8 +23,10 @@ TRL_GMPO_LINE = (
     "gmpo_plugins: TRL RegistryGRPOTrainer(loss='gmpo') -> gmpo: eps_low=0.2 (framework default GRPOConfig.epsilon), "
     "eps_high=0.2 (framework default GRPOConfig.epsilon), kl_beta=0.0 (framework default GRPOConfig.beta), "
     "kl_estimator='k3' (loss default), kl_clamp=None (loss default), log_ratio_bound=20.0 (loss default), "
-    "rollout_is_aggregation='geometric_mean' (loss default)"
+    "rollout_is_aggregation='geometric_mean' (loss default), entropy_coef=0.0 (framework default "
+    "GRPOConfig.entropy_coef), top_entropy_quantile=1.0 (framework default GRPOConfig.top_entropy_quantile)"
 )
+TERMS_OFF = {"entropy_coef": 0.0, "top_entropy_quantile": 1.0}
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +44,12 @@ def test_field_table_defaults_are_trls():
 def test_gmpo_with_trls_defaults_logs_its_sources_and_warns(tmp_path, caplog):
     args = GRPOConfig(str(tmp_path), use_cpu=True, report_to="none")
     with caplog.at_level(logging.INFO, logger="gmpo_plugins"), pytest.warns(FrameworkDefaultWarning) as warned:
-        assert loss_hparams_from_args(args, get_loss("gmpo")) == {"eps_low": 0.2, "eps_high": 0.2, "kl_beta": 0.0}
+        assert loss_hparams_from_args(args, get_loss("gmpo")) == {
+            "eps_low": 0.2,
+            "eps_high": 0.2,
+            "kl_beta": 0.0,
+            **TERMS_OFF,
+        }
         loss_hparams_from_args(args, get_loss("gmpo"))  # once per process
     lines = [r.getMessage() for r in caplog.records if r.name == "gmpo_plugins.hparams"]
     assert lines == [TRL_GMPO_LINE]
@@ -60,7 +67,8 @@ def test_the_override_reaches_the_trainer(model_dir, tmp_path, tokenizer, prompt
     trainer = RegistryGRPOTrainer(
         model_dir, count_digits_reward, grpo_config(tmp_path), prompts, processing_class=tokenizer, loss="gmpo"
     )
-    assert trainer.loss_hparams == {"eps_low": 0.4, "eps_high": 0.4, "kl_beta": 0.0, "log_ratio_bound": 10.0}
+    expected = {"eps_low": 0.4, "eps_high": 0.4, "kl_beta": 0.0, "log_ratio_bound": 10.0, **TERMS_OFF}
+    assert trainer.loss_hparams == expected
     # a GRPOConfig field away from its default and the variable: an error naming both
     with pytest.raises(UnsupportedTRLOptionError) as info:
         loss_hparams_from_args(grpo_config(tmp_path, epsilon=0.3), get_loss("gmpo"))

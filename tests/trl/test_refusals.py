@@ -12,6 +12,8 @@ from gmpo_plugins.adapters.trl.options import refusals
 from .tiny import count_digits_reward, grpo_config
 
 MISSING_MODEL = "/nonexistent/model"
+TERMS_OFF = {"entropy_coef": 0.0, "top_entropy_quantile": 1.0}
+"""GRPOConfig's defaults of the loss terms' fields, which every loss receives (off)."""
 
 
 def _build(tmp_path, loss="gmpo", loss_hparams=None, **config):
@@ -29,11 +31,9 @@ def _build(tmp_path, loss="gmpo", loss_hparams=None, **config):
     [
         ({"loss_type": "grpo"}, "loss_type='grpo'"),
         ({"loss_type": "cispo"}, "loss_type='cispo'"),
-        ({"top_entropy_quantile": 0.2}, "top_entropy_quantile=0.2"),
         ({"importance_sampling_level": "sequence"}, "importance_sampling_level='sequence'"),
         ({"delta": 2.0}, "delta=2.0"),
         ({"off_policy_mask_threshold": 0.5}, "off_policy_mask_threshold=0.5"),
-        ({"entropy_coef": 0.01}, "entropy_coef=0.01"),
         ({"use_adaptive_entropy": True}, "use_adaptive_entropy=True"),
         ({"beta": 0.04}, "use_bias_correction_kl=True"),  # GRPOConfig's default with a KL term
     ],
@@ -46,9 +46,9 @@ def test_refused_option_is_named(tmp_path, config, option):
 
 def test_every_refused_option_is_listed_at_once(tmp_path):
     with pytest.raises(UnsupportedTRLOptionError) as info:
-        _build(tmp_path, loss_type="bnpo", top_entropy_quantile=0.5, delta=3.0)
+        _build(tmp_path, loss_type="bnpo", off_policy_mask_threshold=0.5, delta=3.0)
     message = str(info.value)
-    assert all(name in message for name in ("loss_type='bnpo'", "top_entropy_quantile=0.5", "delta=3.0"))
+    assert all(name in message for name in ("loss_type='bnpo'", "off_policy_mask_threshold=0.5", "delta=3.0"))
 
 
 def test_epsilon_high_refused_for_a_loss_without_clip(tmp_path):
@@ -109,19 +109,22 @@ def test_supported_options_are_translated(tmp_path):
         "eps_high": 0.3,
         "kl_beta": 0.04,
         "log_ratio_bound": 10.0,
+        **TERMS_OFF,
     }
     assert loss_hparams_from_args(args, get_loss("dr_grpo")) == {
         "eps_low": 0.2,
         "eps_high": 0.3,
         "kl_beta": 0.04,
         "norm_length": 8,
+        **TERMS_OFF,
     }
     assert loss_hparams_from_args(grpo_config(tmp_path, GMPOConfig), get_loss("gmpo")) == {
         "eps_low": 0.4,
         "eps_high": 0.4,
         "kl_beta": 0.0,
+        **TERMS_OFF,
     }
-    assert loss_hparams_from_args(grpo_config(tmp_path), get_loss("gmpo_noclip")) == {"kl_beta": 0.0}
+    assert loss_hparams_from_args(grpo_config(tmp_path), get_loss("gmpo_noclip")) == {"kl_beta": 0.0, **TERMS_OFF}
 
 
 @pytest.mark.parametrize("liger", [True, False])

@@ -11,6 +11,20 @@ spec accepts):
     norm_length <- args.max_completion_length       (Dr.GRPO's constant, as TRL's 'dr_grpo')
     tau_pos, tau_neg <- args.sapo_temperature_pos, args.sapo_temperature_neg      (sapo)
     vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg <- args.<same name>  (vespo)
+    entropy_coef, top_entropy_quantile <- args.<same name>   (the loss terms, ``core.terms``,
+                                                     every loss; TRL's own copies never act:
+                                                     ``_compute_loss`` is replaced whole)
+
+The loss terms: TRL's ``top_entropy_quantile`` keeps the tokens whose entropy is at or above
+``torch.quantile`` of the micro-batch's valid entropies at 1 - rho (``get_high_entropy_mask``),
+as the registry's term does, except that TRL gathers the valid entropies of that micro-batch
+from every process and the registry's threshold is each process's own (the term is declared
+split-dependent). TRL's ``entropy_coef`` subtracts coef * (mean entropy over the micro-batch's
+kept tokens) / accumulation steps; the registry's bonus is aggregated by the loss's own
+reduction over the global batch (the same value when every micro-batch holds as many kept
+tokens and the loss is token-mean). Both read the differentiable entropies of TRL's forward
+(``LossInputs.entropy``); ``nll_coef`` and losses that read rewards (``topr``) get the
+per-sample total reward of TRL's reward functions (``LossInputs.rewards``, ``trainer``).
 
 A loss whose ratio clip is a one-sided cap (``hparam_sources.ratio_cap``: cispo) takes
 ``eps_high = epsilon_high - 1`` (TRL's cispo caps the ratio at ``epsilon_high`` itself) and
@@ -29,11 +43,12 @@ GMPOTrainer ignores most of these, trl #6095/#6808):
     loss_type                  anything but the GRPOConfig default: the registry loss
                                replaces TRL's loss formulations (its default 'dapo' is
                                unused: GRPOConfig has no neutral value)
-    top_entropy_quantile < 1   entropy masking of tokens
     importance_sampling_level  anything but 'token' (pick a sequence-level loss instead)
     delta                      INTELLECT-2 two-sided clip
     off_policy_mask_threshold  off-policy sequence masking
-    entropy_coef != 0, use_adaptive_entropy   entropy bonus
+    use_adaptive_entropy       the adaptive entropy coefficient (the registry's bonus is static)
+    use_liger_kernel=True with entropy_coef != 0 or top_entropy_quantile < 1 (either channel):
+                               the fused-linear path computes no differentiable entropy
     use_bias_correction_kl     when beta != 0: TRL multiplies its KL by the ratio; ours does not
     epsilon_high / beta        when the chosen loss has no eps_high / kl_beta
 
@@ -60,7 +75,7 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
-from gmpo_plugins.adapters.inputs import refuse_unsupplied
+from gmpo_plugins.adapters.inputs import refusal, refuse_unsupplied
 from gmpo_plugins.core.spec import LossSpec
 
 
@@ -104,6 +119,8 @@ TRL_FIELDS = (  # GRPOConfig field -> registry hyper-parameter (TRL 1.16 default
     _config("vespo_lambda_neg", 2.0, "vespo_lambda_neg", when="always"),
     _config("beta", 0.0, "kl_beta", when="always"),
     _config("max_completion_length", 512, "norm_length"),  # None: no maximum, the loss's constant
+    _config("entropy_coef", 0.0, "entropy_coef", when="always"),
+    _config("top_entropy_quantile", 1.0, "top_entropy_quantile", when="always"),
 )
 TRANSLATED = {  # loss hyper-parameter -> the GRPOConfig field it is first taken from
     row.hparam: row.name.removeprefix("GRPOConfig.") for row in reversed(TRL_FIELDS)
@@ -119,6 +136,12 @@ def field_for(spec: LossSpec, hparam: str, value: Any) -> tuple[str, Any] | None
         return None
     setting = value + 1 if row.convert is _cap_offset and value is not None else value
     return row.name.removeprefix("GRPOConfig."), setting
+
+
+FUSED_PATH = "TRL's fused-linear path (use_liger_kernel=True)"
+FUSED_SUPPLIED = ("rewards",)
+"""The optional inputs the fused-linear path passes: not the entropy, which it computes
+without gradient (``core.fused_linear``)."""
 
 
 class UnsupportedTRLOptionError(ValueError):
@@ -143,11 +166,6 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
             f"leave loss_type at its default {loss_type_default!r} and choose the loss with loss=... "
             "(e.g. loss='dapo', 'grpo', 'dr_grpo', 'gspo', 'gmpo')"
         )
-    if args.top_entropy_quantile < 1.0:
-        found.append(
-            f"top_entropy_quantile={args.top_entropy_quantile}: entropy masking is not supported by registry "
-            "losses; set top_entropy_quantile=1.0"
-        )
     if args.importance_sampling_level != "token":
         found.append(
             f"importance_sampling_level={args.importance_sampling_level!r}: the registry loss defines its own "
@@ -160,10 +178,10 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
             f"off_policy_mask_threshold={args.off_policy_mask_threshold}: off-policy sequence masking is not "
             "supported; set off_policy_mask_threshold=None"
         )
-    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+    if args.use_adaptive_entropy:
         found.append(
-            f"entropy_coef={args.entropy_coef}, use_adaptive_entropy={args.use_adaptive_entropy}: the entropy "
-            "bonus is not supported; set entropy_coef=0.0 and use_adaptive_entropy=False"
+            "use_adaptive_entropy=True: the registry's entropy bonus has a constant coefficient "
+            "(GRPOConfig.entropy_coef); set use_adaptive_entropy=False"
         )
     if args.beta != 0.0:
         if "kl_beta" not in spec.defaults:
@@ -203,7 +221,7 @@ def loss_resolution(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] |
         env = overrides_from_env()
     except ValueError as exc:
         raise UnsupportedTRLOptionError(str(exc)) from None
-    return resolve(
+    resolution = resolve(
         spec,
         TRL_FIELDS,
         args,
@@ -212,6 +230,11 @@ def loss_resolution(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] |
         error=UnsupportedTRLOptionError,
         overrides={OVERRIDE_ENV: env, "loss_hparams": extra},
     )
+    if args.use_liger_kernel:
+        reason = refusal(spec, "TRL", FUSED_PATH, resolution.params(), supplied=FUSED_SUPPLIED)
+        if reason is not None:
+            raise UnsupportedTRLOptionError(f"gmpo_plugins: {reason}; set use_liger_kernel=False")
+    return resolution
 
 
 def loss_hparams_from_args(args: Any, spec: LossSpec, loss_hparams: Mapping[str, Any] | None = None) -> dict:

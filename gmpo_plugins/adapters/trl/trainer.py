@@ -1,9 +1,13 @@
 """``RegistryGRPOTrainer``: trl.GRPOTrainer with a registry loss as its policy loss.
 
-Only ``_compute_loss`` is overridden. The per-token log-probs come from GRPOTrainer's own
+``_compute_loss`` is overridden. The per-token log-probs come from GRPOTrainer's own
 ``_get_per_token_logps_and_entropies`` (TRL's fused LM head, logits / temperature), so
 the model forward path is TRL's; generation, rewards, advantages, reference model, vLLM,
-logging and checkpointing are inherited unchanged. Per micro-batch:
+logging and checkpointing are inherited unchanged, except that when the loss reads rewards
+(``LossSpec.inputs_for``: ``topr``, ``nll_coef``) ``_calculate_rewards`` keeps the rewards
+TRL gathered and ``_generate_and_score_completions`` adds this process's totals to the batch
+it returns as ``"rewards"`` (B,), which TRL's own shuffle and split then carry with the other
+per-sample tensors. Per micro-batch:
 
     mask         = completion_mask (* tool_mask)                       (B, T)
     log_probs    = TRL's per-token log-probs of the completion         (B, T)
@@ -13,6 +17,11 @@ logging and checkpointing are inherited unchanged. Per micro-batch:
     ref          = inputs["ref_per_token_logps"] when beta != 0
     rho          = inputs["importance_sampling_ratio"] with vLLM IS correction:
                    (B, T) in token_* modes, (B, 1) -> (B,) in sequence_* modes
+    entropy      = TRL's per-token entropies of the same forward (B, T), differentiable,
+                   when the loss terms read them (entropy_coef, top_entropy_quantile)
+    rewards      = inputs["rewards"] (B,): sum_k w_k r_k over TRL's reward functions with
+                   its reward_weights (NaN skipped, as TRL's nansum: 0 for a completion no
+                   function scored, whose advantage TRL sets to 0), when the loss reads them
     loss         = get_loss(name)(LossInputs(...), trl_batch_info(...), **hparams).loss
                    (+ router_aux_loss_coef * aux_loss / G for MoE models, as GRPOTrainer)
 
@@ -20,7 +29,8 @@ With ``use_liger_kernel=True`` (TRL's switch, which also applies Liger's layer k
 transformers) the log-probs are not computed first: the backbone's last hidden states at the
 positions that predict the completion and the ``lm_head`` weight go to
 ``gmpo_plugins.fused_linear_loss``, which calls the same registry loss without the
-(B, T, V) logits (``old`` missing: the current log-probs, detached, as above). That call runs
+(B, T, V) logits (``old`` missing: the current log-probs, detached, as above; rewards as
+above; no entropy: ``options`` refuses the terms that read it). That call runs
 inside the prepared model's own forward, through TRL's ``_ForwardRedirection`` (as TRL's
 distillation loss runs its chunked head): DDP arms its gradient all-reduce and FSDP gathers the
 root-owned parameters (embedding, ``lm_head``) exactly as for the unfused path's forward.
@@ -108,6 +118,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
         _refuse_zero3(args)
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
+        self._gathered_rewards: torch.Tensor | None = None
         self._proof: LossProof | None = None
         self._loss_proven = False
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
@@ -123,6 +134,30 @@ class RegistryGRPOTrainer(GRPOTrainer):
             return None
         ratio = inputs["importance_sampling_ratio"]
         return ratio.squeeze(-1) if self.vllm_importance_sampling_mode in SEQUENCE_IS_MODES else ratio
+
+    def _reads(self, name: str) -> bool:
+        """Whether the loss, with its hyper-parameters, reads the optional input ``name``."""
+        return name in self.loss_spec.inputs_for(self.loss_hparams)
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        """GRPOTrainer's rewards per function (N, K), gathered from every process; kept for
+        ``_generate_and_score_completions`` when the loss reads rewards."""
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._reads("rewards"):
+            self._gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """GRPOTrainer's batch, with ``"rewards"`` (B,) when the loss reads rewards: this
+        process's rows of sum_k w_k r_k (NaN skipped, as TRL's own total)."""
+        output = super()._generate_and_score_completions(inputs)
+        gathered, self._gathered_rewards = self._gathered_rewards, None
+        if gathered is not None:
+            rows = output["advantages"].size(0)
+            start = self.accelerator.process_index * rows
+            weights = self.reward_weights.to(gathered.device)
+            output["rewards"] = (gathered * weights.unsqueeze(0)).nansum(dim=1)[start : start + rows]
+        return output
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """GRPOTrainer's training step; the first one also proves, before its backward pass, that
@@ -193,6 +228,8 @@ class RegistryGRPOTrainer(GRPOTrainer):
                     mask=mask,
                     ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
                     rollout_is_weights=self._rollout_is_weights(inputs),
+                    rewards=inputs["rewards"] if self._reads("rewards") else None,
+                    entropy=entropies if self._reads("entropy") else None,
                 ),
                 batch,
                 validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
@@ -265,6 +302,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
             bias=head.bias,
             ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
             rollout_is_weights=self._rollout_is_weights(inputs),
+            rewards=inputs["rewards"] if self._reads("rewards") else None,
             temperature=self.temperature,
             validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
             **self.loss_hparams,

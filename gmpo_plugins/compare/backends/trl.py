@@ -69,6 +69,7 @@ class _TrainerStandIn(TensorTrainer):
         self.aux_loss_enabled = False
         self._proof = None  # no training step: nothing to prove (RegistryGRPOTrainer.training_step)
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
+        self._reads = types.MethodType(RegistryGRPOTrainer._reads, self)
 
 
 class TrlBackend:
@@ -80,9 +81,12 @@ class TrlBackend:
         self._settings: dict[tuple, tuple[Any, dict]] = {}
 
     def supports(self, loss_name: str) -> bool:
+        """Whether ``policy_loss`` can call the loss: one that reads no optional input (a
+        ``PolicyLossCall`` carries neither rewards nor entropy, which the adapter takes from
+        TRL's batch and forward)."""
         from gmpo_plugins.adapters.inputs import refusal
 
-        return refusal(get_loss(loss_name), "trl") is None
+        return refusal(get_loss(loss_name), "trl", caller="the TRL compare backend") is None
 
     def _config(self, loss_name: str, hparams: Mapping[str, Any]) -> tuple[Any, dict]:
         key = (loss_name, tuple(sorted(hparams.items(), key=lambda item: item[0])))
