@@ -190,7 +190,11 @@ DAPO = LossSpec(
     formula="grpo's l_t, token-mean",
     native=("verl:vanilla (token-mean)", "trl:dapo", "skyrl:regular (token_mean)", "liger:dapo"),
     defaults=_defaults(TOKEN_MEAN, 0.28),
-    sources=_sources(f"{_DAPO}: token-level loss", f"{_DAPO}: 0.2", f"{_DAPO}: clip-higher 0.28"),
+    sources=_sources(
+        "DAPO paper (arXiv 2503.14476): token-level policy-gradient loss, TRL's loss_type dapo",
+        f"{_DAPO}: 0.2",
+        f"{_DAPO}: clip-higher 0.28",
+    ),
     clip_space="ratio",
     reductions=(TOKEN_MEAN,),  # DAPO is defined by its token-mean
     impls=TOKEN_IMPLS,
