@@ -1,16 +1,19 @@
 """``gmpo-plugins list``: the registered losses as a table, JSON with ``--json``, or the
 Markdown table of docs/losses.md with ``--markdown``; ``--corrections`` prints the rollout
 correction options every loss accepts (``core.correction``) and ``--terms`` the loss terms'
-options (``core.terms``), each as docs/losses.md's table."""
+options (``core.terms``), each as docs/losses.md's table; ``--sources`` where every default of the
+built-in losses and of the shared options comes from (``LossSpec.sources``), as docs/losses.md's
+table."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_OPTIONS
+from gmpo_plugins.core.correction import CORRECTION_DEFAULTS, CORRECTION_OPTIONS, CORRECTION_SOURCES
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES
 from gmpo_plugins.core.registry import list_losses
-from gmpo_plugins.core.terms import TERM_DEFAULTS, TERM_OPTIONS
+from gmpo_plugins.core.terms import TERM_DEFAULTS, TERM_OPTIONS, TERM_SOURCES
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -30,6 +33,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the Markdown table of the loss terms' options every loss accepts (docs/losses.md)",
     )
+    output.add_argument(
+        "--sources",
+        action="store_true",
+        help="print the Markdown table of where each default of the built-in losses and shared options comes from "
+        "(docs/losses.md)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -47,6 +56,8 @@ def loss_rows() -> list[dict]:
             "formula": spec.formula,
             "native": list(spec.native),
             "defaults": dict(spec.defaults),
+            "correction": dict(spec.correction),
+            "sources": dict(spec.sources),
         }
         for spec in list_losses()
     ]
@@ -60,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         print(terms_table())
         return 0
     rows = loss_rows()
+    if args.sources:
+        print(sources_table(rows))
+        return 0
     if args.markdown:
         print(markdown_table(rows))
         return 0
@@ -151,6 +165,33 @@ def terms_table() -> str:
     lines = ["| option | default | values and meaning |", "|---|---|---|"]
     for name, default in TERM_DEFAULTS.items():
         lines.append(f"| `{name}` | `{default}` | {TERM_OPTIONS[name]} |")
+    return "\n".join(lines)
+
+
+SHARED_SOURCES = (
+    ("the KL term and the guard (every built-in loss)", COMMON_DEFAULTS, COMMON_SOURCES),
+    ("rollout correction (every loss)", CORRECTION_DEFAULTS, CORRECTION_SOURCES),
+    ("loss terms (every loss)", TERM_DEFAULTS, TERM_SOURCES),
+)
+"""The shared hyper-parameters, each set with its defaults and sources."""
+
+
+def sources_table(rows: list[dict]) -> str:
+    """Where each default comes from, as one Markdown table: every hyper-parameter of each loss of
+    this distribution (its defaults and its own correction defaults) whose default or source is not
+    the shared one, then the shared sets (``SHARED_SOURCES``). Plugins from other distributions are
+    left out: they may name no source."""
+    lines = ["| loss | hyper-parameter | default | source |", "|---|---|---|---|"]
+    for row in rows:
+        if row["provider"] != "gmpo-plugins":
+            continue
+        for name, default in {**row["defaults"], **row["correction"]}.items():
+            source = row["sources"].get(name, "")
+            if name in COMMON_SOURCES and (default, source) == (COMMON_DEFAULTS[name], COMMON_SOURCES[name]):
+                continue
+            lines.append(f"| `{row['name']}` | `{name}` | `{default}` | {source} |")
+    for label, defaults, sources in SHARED_SOURCES:
+        lines += [f"| {label} | `{name}` | `{default}` | {sources[name]} |" for name, default in defaults.items()]
     return "\n".join(lines)
 
 

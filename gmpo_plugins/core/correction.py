@@ -123,6 +123,23 @@ CORRECTION_DEFAULTS: dict[str, Any] = {
 }
 """The correction hyper-parameters every registry loss accepts (module docstring), all off."""
 
+_VERL_RC = "verl trainer/config/algorithm/rollout_correction.yaml"
+CORRECTION_SOURCES: dict[str, str] = {
+    "rollout_bypass": f"off, as {_VERL_RC} bypass_mode false",
+    "rollout_is": f"off, as {_VERL_RC} rollout_is null",
+    "rollout_is_mode": "truncate (TIS), as verl trainer/ppo/rollout_corr_helper.py (weights clamped to the threshold)",
+    "rollout_is_threshold": f"{_VERL_RC} rollout_is_threshold 2.0",
+    "rollout_is_threshold_low": "no lower bound, as TRL trainer/grpo_config.py vllm_importance_sampling_clip_min None",
+    "rollout_is_sequence": "product (exp of the summed log ratios), as verl trainer/ppo/rollout_corr_helper.py",
+    "rollout_is_batch_normalize": f"off, as {_VERL_RC} rollout_is_batch_normalize false",
+    "rollout_rs": f"off, as {_VERL_RC} rollout_rs null",
+    "rollout_rs_threshold": f"None, as {_VERL_RC} rollout_rs_threshold null",
+    "rollout_rs_threshold_low": "1 / threshold, as verl trainer/ppo/rollout_corr_helper.py",
+    "off_policy_mask_threshold": "off, as TRL trainer/grpo_config.py off_policy_mask_threshold None",
+    "rollout_mask_count": "keep, as verl's IcePop weights and TRL's, OpenRLHF's and SkyRL's masks (the loss times 0)",
+}
+"""Where each of ``CORRECTION_DEFAULTS`` comes from."""
+
 CORRECTION_OPTIONS: dict[str, str] = {
     "rollout_bypass": "old_log_probs := rollout_log_probs (verl bypass_mode)",
     "rollout_is": "None, token or sequence: IS weight pi_anchor / pi_rollout, detached",

@@ -40,6 +40,14 @@ COMMON_DEFAULTS: dict[str, object] = {
 }
 """The hyper-parameters every per-token loss takes besides its own: the KL term and the guard."""
 
+COMMON_SOURCES: dict[str, str] = {
+    "kl_beta": "off, as TRL trainer/grpo_config.py beta 0.0 and verl trainer/config/actor/actor.yaml use_kl_loss false",
+    "kl_estimator": "k3, TRL trainer/grpo_trainer.py's per_token_kl and verl actor.yaml kl_loss_type low_var_kl",
+    "kl_clamp": "None, as TRL's KL (no clamp); verl clamps low_var_kl to +-10 (core_algos.py kl_penalty_forward)",
+    "log_ratio_bound": "verl trainer/ppo/core_algos.py: the log ratio is clamped to +-20 before exp",
+}
+"""Where each of ``COMMON_DEFAULTS`` comes from (``LossSpec.sources``)."""
+
 
 @dataclass
 class TokenBatch:

@@ -143,6 +143,9 @@ class LossSpec:
                     theirs (``inputs_for``)
     formula         the loss in one line, for ``gmpo-plugins list --markdown``
     native          the frameworks that ship the loss themselves, as ``framework:name``
+    sources         where each default comes from, by hyper-parameter (of ``defaults`` and
+                    ``correction``): a paper and its section, or the framework file the value
+                    follows; every built-in loss names one for each (a plugin may leave it empty)
     provider        distribution that registered it (filled in by the registry)
     """
 
@@ -160,6 +163,7 @@ class LossSpec:
     requires: tuple[str, ...] = ()
     formula: str = ""
     native: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
     provider: str = ""
 
     def inputs_for(self, hparams: Mapping[str, Any]) -> tuple[str, ...]:

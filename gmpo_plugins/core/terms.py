@@ -67,9 +67,15 @@ from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN, as_bool_ma
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
 
 TERM_DEFAULTS: dict[str, Any] = {"entropy_coef": 0.0, "top_entropy_quantile": 1.0, "nll_coef": 0.0}
-"""The loss-term hyper-parameters every registry loss accepts (module docstring), all off.
-Sources: TRL ``GRPOConfig.entropy_coef`` (0.0) and ``top_entropy_quantile`` (1.0), NeMo-RL
-``positive_example_nll_weight`` (0.0)."""
+"""The loss-term hyper-parameters every registry loss accepts (module docstring), all off
+(``TERM_SOURCES``)."""
+
+TERM_SOURCES: dict[str, str] = {
+    "entropy_coef": "off, as TRL trainer/grpo_config.py entropy_coef 0.0 and verl actor.yaml entropy_coeff 0",
+    "top_entropy_quantile": "off, as TRL trainer/grpo_config.py top_entropy_quantile 1.0",
+    "nll_coef": "off, as NeMo-RL nemo_rl/algorithms/loss/loss_functions.py positive_example_nll_weight 0.0",
+}
+"""Where each of ``TERM_DEFAULTS`` comes from."""
 
 TERM_OPTIONS: dict[str, str] = {
     "entropy_coef": "entropy bonus: loss -= entropy_coef * (entropy aggregated by the loss's reduction); needs entropy",

@@ -149,7 +149,7 @@ PER_TOKEN_CASES = {
         (-1.0, -1.5, 2.0, {"dro_beta": 0.3}),
         lambda lp, old, a, h: -(a * lp - 0.3 / 2 * (lp - old) ** 2),
     ),
-    # p - q = 0.1 <= delta_high 0.2: kept; l = -a (p / q) lp
+    # p - q = 0.1 <= delta_high 0.15: kept; l = -a (p / q) lp
     "dppo_tv": (
         "l_t = -A_t * sg(min(rho_t, ratio_cap)) * log pi_t * M_t",
         (math.log(0.3), math.log(0.2), 1.0, {"ratio_cap": 1.2}),
@@ -210,7 +210,7 @@ def test_clip_cov_formula_as_documented():
 
 def test_dppo_kl_keeps_as_documented():
     """q = 0.01, p = 0.15, A = 1: D = 0.01 ln(1/15) + 0.99 ln(0.99 / 0.85) = 0.12387 > 0.05 and
-    p > q: dropped (loss 0); dppo_tv keeps it (p - q = 0.14 <= 0.2)."""
+    p > q: dropped (loss 0); dppo_tv keeps it (p - q = 0.14 <= 0.15)."""
     page_has(("`dppo_kl` keeps a token where `D_t <= delta_high or p_t <= q_t` (A_t > 0) or `D_t <= delta_low",))
     q, p = 0.01, 0.15
     d = q * math.log(q / p) + (1 - q) * math.log((1 - q + 1e-8) / (1 - p + 1e-8))

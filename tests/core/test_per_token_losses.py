@@ -101,9 +101,9 @@ def test_dro_penalty():
 
 
 # p = pi(o_t), q = pi_old(o_t), A = [1, 1, -1, 1]:
-#   t0 q 0.2 p 0.5: TV p - q = 0.3 > 0.2 out;  KL D = 0.2 ln 0.4 + 0.8 ln(0.8 / 0.5) = 0.19274 > 0.05, p > q: out
+#   t0 q 0.2 p 0.5: TV p - q = 0.3 > 0.15 out; KL D = 0.2 ln 0.4 + 0.8 ln(0.8 / 0.5) = 0.19274 > 0.05, p > q: out
 #   t1 q 0.2 p 0.3: TV 0.1 in;                 KL D = 0.2 ln(2/3) + 0.8 ln(0.8 / 0.7) = 0.025732: in
-#   t2 q 0.4 p 0.1, A < 0: TV -0.3 < -0.2 out; KL D = 0.4 ln 4 + 0.6 ln(0.6 / 0.9) = 0.31124, p < q: out
+#   t2 q 0.4 p 0.1, A < 0: TV -0.3 < -0.15 out; KL D = 0.4 ln 4 + 0.6 ln(0.6 / 0.9) = 0.31124, p < q: out
 #   t3 q 0.01 p 0.15: TV 0.14 in;              KL D = 0.01 ln(1/15) + 0.99 ln(0.99 / 0.85) = 0.12387: out
 # kept token: l = -A sg(p / q) log p, gradient -A p / q; token-mean over 4
 DPPO_P, DPPO_Q, DPPO_A = [0.5, 0.3, 0.1, 0.15], [0.2, 0.2, 0.4, 0.01], [1.0, 1.0, -1.0, 1.0]
@@ -169,9 +169,9 @@ def test_luspo_weighs_each_sequence_by_its_length():
     assert out.loss.item() == pytest.approx((-2 * math.exp(0.1) - 1) / 2, rel=1e-12)
     expected = [[-math.exp(0.1) / 2] * 2, [-0.5, 0.0]]
     torch.testing.assert_close(grad, torch.tensor(expected, dtype=torch.float64))
-    # default eps_high 4e-4: s clipped to 1.0004, L_0 = -2.0008 with no gradient
+    # default eps_high 2.5e-3 (the LUSPO paper's): s = e^0.1 clipped to 1.0025, L_0 = -2.005 with no gradient
     out, grad = value_and_grad("luspo", inputs)
-    assert out.loss.item() == pytest.approx((-2.0008 - 1) / 2, rel=1e-12)
+    assert out.loss.item() == pytest.approx((-2.005 - 1) / 2, rel=1e-12)
     assert grad[0].abs().sum().item() == 0.0
     assert out.metrics["clip_frac_high"].item() == pytest.approx(2 / 3)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -76,6 +76,12 @@ CISPO = LossSpec(
     fn=cispo_loss,
     description="CISPO: -sg(clip(r)) * A * log pi, REINFORCE with a capped IS weight",
     defaults={"eps_low": None, "eps_high": 4.0, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={
+        "eps_low": "no lower clip, as the MiniMax-M1 paper (arXiv 2506.13585) and TRL trainer/grpo_trainer.py (cispo)",
+        "eps_high": "ScaleRL (arXiv 2510.13786): a cap of 5.0 = 1 + 4.0, as TRL docs/source/paper_index.md sets it",
+        "reduction": "MiniMax-M1 paper (arXiv 2506.13585), as TRL, verl and SkyRL: token-mean",
+        **COMMON_SOURCES,
+    },
     clip_space="ratio",
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -sg(clamp(r_t, 1 - eps_low, 1 + eps_high)) * A_t * log pi_t",

@@ -42,7 +42,14 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, TokenBatch, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import (
+    COMMON_DEFAULTS,
+    COMMON_SOURCES,
+    TOKEN_REDUCTIONS,
+    TokenBatch,
+    finish_tokens,
+    token_batch,
+)
 from gmpo_plugins.core.reduce import TOKEN_MEAN, masked_mean
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -146,6 +153,9 @@ def kl_cov_loss(
     )
 
 
+_CLIP_COV = "Clip-Cov (arXiv 2505.22617), as verl trainer/config/actor/actor.yaml policy_loss"
+_KL_COV = "KL-Cov's setting for 7B models as its verl recipes run it (arXiv 2505.22617)"
+
 CLIP_COV = LossSpec(
     name="clip_cov",
     fn=clip_cov_loss,
@@ -160,6 +170,15 @@ CLIP_COV = LossSpec(
         "reduction": TOKEN_MEAN,
         **COMMON_DEFAULTS,
     },
+    sources={
+        "eps_low": "verl trainer/config/actor/actor.yaml clip_ratio_low 0.2, SkyRL eps_clip_low 0.2",
+        "eps_high": "verl trainer/config/actor/actor.yaml clip_ratio_high 0.2, SkyRL eps_clip_high 0.2",
+        "clip_cov_ratio": f"{_CLIP_COV}: clip_cov_ratio 0.0002",
+        "clip_cov_lb": f"{_CLIP_COV}: clip_cov_lb 1.0",
+        "clip_cov_ub": f"{_CLIP_COV}: clip_cov_ub 5.0",
+        "reduction": "verl trainer/config/actor/actor.yaml loss_agg_mode token-mean",
+        **COMMON_SOURCES,
+    },
     clip_space="ratio",
     reductions=TOKEN_REDUCTIONS,
     linear_in_advantages=False,
@@ -173,6 +192,12 @@ KL_COV = LossSpec(
     description="KL-Cov: -A * r, plus ppo_kl_coef * |log r| on the tokens of largest covariance "
     "(selected per micro-batch: not split-invariant)",
     defaults={"kl_cov_ratio": 2e-3, "ppo_kl_coef": 1.0, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={
+        "kl_cov_ratio": f"{_KL_COV}; verl actor.yaml policy_loss.kl_cov_ratio defaults to 0.0002",
+        "ppo_kl_coef": f"{_KL_COV}; SkyRL train/config/config.py kl_cov.ppo_kl_coef 1.0 (verl actor.yaml 0.1)",
+        "reduction": "verl trainer/config/actor/actor.yaml loss_agg_mode token-mean",
+        **COMMON_SOURCES,
+    },
     reductions=TOKEN_REDUCTIONS,
     linear_in_advantages=False,
     split_invariant=False,

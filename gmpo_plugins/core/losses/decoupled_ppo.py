@@ -47,7 +47,8 @@ from typing import Any
 import torch
 
 from gmpo_plugins.core.kernels import TOKEN_IMPLS
-from gmpo_plugins.core.losses.ppo_clip import DR_GRPO_NORM_LENGTH, clipped_ratio_loss
+from gmpo_plugins.core.losses.ppo_clip import DR_GRPO_NORM_LENGTH, NORM_LENGTH_SOURCE, clipped_ratio_loss
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD
 from gmpo_plugins.core.reduce import REDUCTIONS, TOKEN_MEAN, as_bool_mask
 from gmpo_plugins.core.spec import LossSpec
@@ -102,6 +103,18 @@ _DEFAULTS = {
     "kl_clamp": None,
     "log_ratio_bound": LOG_RATIO_GUARD,
 }
+_AREAL = "AReaL areal/api/cli_args.py"
+_SOURCES = {
+    "eps_low": f"{_AREAL} eps_clip 0.2",
+    "eps_high": f"{_AREAL} eps_clip_higher None (eps_clip, 0.2)",
+    "dual_clip": f"{_AREAL} c_clip None",
+    "reduction": "AReaL areal/utils/functional/functional.py ppo_actor_loss_fn: sum / loss_mask.count_nonzero()",
+    "norm_length": NORM_LENGTH_SOURCE,
+    **COMMON_SOURCES,
+    **dict.fromkeys(
+        BEHAVIOUR_WEIGHT, f"{_AREAL} RejectionSamplingConfig: level token, action mask, metric ratio, upper 5.0"
+    ),
+}
 
 DECOUPLED_PPO = LossSpec(
     name="decoupled_ppo",
@@ -109,6 +122,7 @@ DECOUPLED_PPO = LossSpec(
     description="AReaL decoupled PPO: PPO clip against the proximal (old) policy, "
     "times the masked behaviour weight pi_old / pi_rollout",
     defaults=_DEFAULTS,
+    sources=_SOURCES,
     correction=BEHAVIOUR_WEIGHT,
     clip_space="ratio",
     reductions=REDUCTIONS,
@@ -122,6 +136,7 @@ M2PO = LossSpec(
     fn=m2po_loss,
     description="AReaL M2PO: decoupled_ppo without the tokens of largest (log pi_rollout - log pi_old)^2",
     defaults={**_DEFAULTS, "m2_threshold": 0.04},
+    sources={**_SOURCES, "m2_threshold": "AReaL examples/math/gsm8k_m2po.yaml m2_threshold 0.04"},
     correction=BEHAVIOUR_WEIGHT,
     clip_space="ratio",
     reductions=REDUCTIONS,

@@ -22,8 +22,10 @@ Conventions. The behaviour policy is ``old_log_probs`` as given (verl: the old p
 SkyRL: its rollout log-probs when it has them, which its adapter then passes as
 ``old_log_probs``). Thresholds ``delta_low`` (A_t <= 0) and ``delta_high`` (A_t > 0): verl
 reads them from ``clip_ratio_low`` / ``clip_ratio_high`` (its PPO bounds reused as
-divergences), SkyRL from ``dppo.delta_low`` / ``dppo.delta_high``. Defaults 0.2 for TV and
-0.05 for KL (the paper's, as SkyRL's config recommends). ``ratio_cap`` truncates the
+divergences), SkyRL from ``dppo.delta_low`` / ``dppo.delta_high``. Defaults 0.15 for TV and
+0.05 for KL: the paper's authors' recipe (verl ``examples/dppo_trainer/run_qwen30b_dppo.sh``,
+the Qwen3-30B-A3B-Base run of the paper's figures); SkyRL's config defaults to 0.2 for both and
+recommends 0.2 for TV, 0.05 for KL. ``ratio_cap`` truncates the
 stop-gradient weight (verl's ``clip_ratio_c``, 3.0 in verl's actor config; SkyRL has none);
 None (the default) leaves it untruncated. The loss value is verl's REINFORCE form
 (-A sg(r) log p); SkyRL's value is -A r M, with the same gradient. ``clip_frac_high`` counts
@@ -36,7 +38,14 @@ from typing import Literal
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, TokenBatch, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import (
+    COMMON_DEFAULTS,
+    COMMON_SOURCES,
+    TOKEN_REDUCTIONS,
+    TokenBatch,
+    finish_tokens,
+    token_batch,
+)
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -114,11 +123,24 @@ def _defaults(delta: float) -> dict[str, object]:
     return {"delta_low": delta, "delta_high": delta, "ratio_cap": None, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS}
 
 
+def _sources(delta: float) -> dict[str, str]:
+    recipe = f"the DPPO authors' recipe (arXiv 2602.04879), verl examples/dppo_trainer/run_qwen30b_dppo.sh: {delta}"
+    return {
+        "delta_low": recipe,
+        "delta_high": recipe,
+        "ratio_cap": "None, as SkyRL backends/skyrl_train/utils/ppo_utils.py (no truncation); verl truncates at "
+        "clip_ratio_c 3.0 (actor.yaml): ratio_cap=3 for it",
+        "reduction": "verl trainer/config/actor/actor.yaml loss_agg_mode token-mean",
+        **COMMON_SOURCES,
+    }
+
+
 DPPO_TV = LossSpec(
     name="dppo_tv",
     fn=dppo_tv_loss,
     description="DPPO-Binary-TV: REINFORCE masked outside a total-variation trust region",
-    defaults=_defaults(0.2),
+    defaults=_defaults(0.15),
+    sources=_sources(0.15),
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -A_t sg(min(r_t, ratio_cap)) log pi_t * [p_t - q_t <= delta_high if A_t > 0 else >= -delta_low]",
     native=("verl:dppo_tv", "skyrl:dppo (binary_tv)"),
@@ -128,6 +150,7 @@ DPPO_KL = LossSpec(
     fn=dppo_kl_loss,
     description="DPPO-Binary-KL: REINFORCE masked outside a binary-KL trust region",
     defaults=_defaults(0.05),
+    sources=_sources(0.05),
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -A_t sg(min(r_t, ratio_cap)) log pi_t * [D_t <= delta_high or p_t <= q_t if A_t > 0 else ...]",
     native=("verl:dppo_kl", "skyrl:dppo (binary_kl)"),

@@ -16,7 +16,7 @@ advantages: a framework that normalises by pre-scaling the advantages cannot exp
 
 from __future__ import annotations
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -57,6 +57,12 @@ DRO = LossSpec(
     fn=dro_loss,
     description="DRO: -(A * log pi - dro_beta / 2 * (log r)^2)",
     defaults={"dro_beta": 0.1, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={
+        "dro_beta": "no paper or framework default (verl actor.yaml policy_loss.dro_beta null, required): the "
+        "registry's starting point, set it for your run",
+        "reduction": "verl trainer/config/actor/actor.yaml loss_agg_mode token-mean",
+        **COMMON_SOURCES,
+    },
     reductions=TOKEN_REDUCTIONS,
     linear_in_advantages=False,
     formula="l_t = -(A_t * log pi_t - dro_beta / 2 * (log r_t)^2)",

@@ -49,6 +49,7 @@ from dataclasses import replace
 import torch
 
 from gmpo_plugins.core.losses.ppo_clip import DR_GRPO_NORM_LENGTH, clipped_ratio_loss
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, compute_dtype
 from gmpo_plugins.core.reduce import TOKEN_MEAN, as_bool_mask
 from gmpo_plugins.core.spec import LossSpec
@@ -182,15 +183,20 @@ def fipo_loss(
     return out
 
 
+_ARGS = "ms-swift swift/rlhf_trainers/args_mixin.py GRPOArgumentsMixin"
+_FIPO_ARGS = {
+    "fipo_decay_rate": 32.0,
+    "fipo_clip_range": 0.2,
+    "fipo_clip_high_only": True,
+    "fipo_safety_threshold": 4.0,
+}
+
 FIPO = LossSpec(
     name="fipo",
     fn=fipo_loss,
     description="ms-swift fipo: dapo's token loss times a clipped future-KL influence weight (detached)",
     defaults={
-        "fipo_decay_rate": 32.0,
-        "fipo_clip_range": 0.2,
-        "fipo_clip_high_only": True,
-        "fipo_safety_threshold": 4.0,
+        **_FIPO_ARGS,
         "eps_low": 0.2,
         "eps_high": 0.28,
         "dual_clip": None,
@@ -199,6 +205,14 @@ FIPO = LossSpec(
         "kl_estimator": "k3",
         "kl_clamp": None,
         "log_ratio_bound": LOG_RATIO_GUARD,
+    },
+    sources={
+        **{name: f"{_ARGS} {name} {value}" for name, value in _FIPO_ARGS.items()},
+        "eps_low": f"{_ARGS} epsilon 0.2",
+        "eps_high": "ms-swift examples/train/grpo/internal/fipo.sh epsilon_high 0.28 (DAPO's clip-higher)",
+        "dual_clip": f"{_ARGS} delta None",
+        "reduction": "ms-swift swift/rlhf_trainers/grpo_trainer.py: fipo normalised by the global token count, as dapo",
+        **COMMON_SOURCES,
     },
     clip_space="ratio",
     reductions=(TOKEN_MEAN,),  # ms-swift normalises fipo by the global token count, as dapo

@@ -65,6 +65,7 @@ import torch
 
 from gmpo_plugins.core.clip import one_sided_clip, required_eps
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_geometric_mean_loss
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import (
     LOG_RATIO_GUARD,
     clamp_or_nan,
@@ -82,6 +83,18 @@ _KL_DEFAULTS = {"kl_beta": 0.0, "kl_estimator": "k3", "kl_clamp": None}
 _GUARD_DEFAULT = {"log_ratio_bound": LOG_RATIO_GUARD}
 _EPS_DEFAULTS = {"eps_low": 0.4, "eps_high": 0.4}
 _IS_DEFAULT = {"rollout_is_aggregation": "geometric_mean"}
+_EPS_SOURCE = (
+    "GMPO paper (arXiv 2507.20673): clip range (e^-0.4, e^0.4), the best of its clip-range ablation; "
+    "the authors' code callsys/GMPO train_zero_math_gmpo.py"
+)
+_SOURCES = {
+    "eps_low": _EPS_SOURCE,
+    "eps_high": _EPS_SOURCE,
+    **COMMON_SOURCES,
+    "rollout_is_aggregation": "GMPO's weight is a geometric mean, so is verl trainer/ppo/core_algos.py geo_mean's IS "
+    "weight (module docstring)",
+}
+_NOCLIP_SOURCES = {key: value for key, value in _SOURCES.items() if key not in _EPS_DEFAULTS}
 
 
 def geometric_mean_loss(inputs: LossInputs, batch: BatchInfo, *, impl: Impl = "auto", **hparams: Any) -> LossOutput:
@@ -187,6 +200,7 @@ GMPO = LossSpec(
     formula="L_i = -A_i exp(sum_t clip(r_t) / |o_i|),  clip one-sided in log space by sign(A_i)",
     native=("verl:geo_mean", "trl:GMPOTrainer (experimental)"),
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
+    sources=_SOURCES,
     sequence_level=True,
     clip_space="log",
     impls=SEQUENCE_IMPLS,
@@ -197,6 +211,7 @@ GMPO_NOCLIP = LossSpec(
     description="GMPO ablation: no clipping",
     formula="L_i = -A_i exp(sum_t r_t / |o_i|)",
     defaults={**_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
+    sources=_NOCLIP_SOURCES,
     sequence_level=True,
     impls=SEQUENCE_IMPLS,
 )
@@ -206,6 +221,7 @@ GMPO_SEQCLIP = LossSpec(
     description="GMPO ablation (authors' code): one-sided clip of the sum of log ratios, then 1/|o|",
     formula="L_i = -A_i exp(clip(sum_t r_t) / |o_i|)",
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
+    sources=_SOURCES,
     sequence_level=True,
     clip_space="log",
     impls=SEQUENCE_IMPLS,
@@ -216,6 +232,7 @@ GMPO_NONORM = LossSpec(
     description="GMPO ablation: product of clipped ratios, no 1/|o|; saturates past |log product| 0.9*ln(dtype max)",
     formula="L_i = -A_i exp(clamp(sum_t clip(r_t), -P, P))",
     defaults={**_EPS_DEFAULTS, **_KL_DEFAULTS, **_GUARD_DEFAULT, **_IS_DEFAULT},
+    sources=_SOURCES,
     sequence_level=True,
     clip_space="log",
     impls=SEQUENCE_IMPLS,

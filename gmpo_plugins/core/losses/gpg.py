@@ -13,7 +13,7 @@ Shapes: every tensor (B, T).
 
 from __future__ import annotations
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -52,6 +52,7 @@ GPG = LossSpec(
     fn=gpg_loss,
     description="GPG: -A * log pi (REINFORCE, no ratio, no clip)",
     defaults={"reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={"reduction": "verl trainer/config/actor/actor.yaml loss_agg_mode token-mean", **COMMON_SOURCES},
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -A_t * log pi_t",
     native=("verl:gpg",),

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from gmpo_plugins.core.kernels import SEQUENCE_IMPLS, check_impl, fused_gspo_loss
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import (
     LOG_RATIO_GUARD,
     clamp_or_nan,
@@ -87,6 +88,8 @@ def eager_gspo_loss(
     )
 
 
+_EPS_SOURCE = "GSPO paper (arXiv 2507.18071, v2) §5.1, as TRL docs/source/paper_index.md cites it: 3e-4 / 4e-4"
+
 GSPO = LossSpec(
     name="gspo",
     fn=gspo_loss,
@@ -107,6 +110,13 @@ GSPO = LossSpec(
         "kl_clamp": None,
         "log_ratio_bound": LOG_RATIO_GUARD,
         "rollout_is_aggregation": "per_token",
+    },
+    sources={
+        "eps_low": _EPS_SOURCE,
+        "eps_high": _EPS_SOURCE,
+        **COMMON_SOURCES,
+        "rollout_is_aggregation": "verl trainer/ppo/core_algos.py compute_policy_loss_gspo and TRL "
+        "trainer/grpo_trainer.py weight each token's copy of the sequence surrogate by its own IS weight",
     },
     sequence_level=True,
     clip_space="ratio",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -57,6 +57,7 @@ IMPORTANCE_SAMPLING = LossSpec(
     fn=importance_sampling_loss,
     description="SkyRL/Tinker importance_sampling: -r * A, the policy gradient weighted by the ratio",
     defaults={"reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={"reduction": "SkyRL train/config/config.py loss_reduction token_mean", **COMMON_SOURCES},
     clip_space=None,
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -r_t * A_t",

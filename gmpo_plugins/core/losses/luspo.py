@@ -16,9 +16,11 @@ sequences), which is the method: GSPO's per-sequence mean gives each sequence on
 LUSPO's sum weighs it by its length. TRL (``loss_type="luspo"`` with
 ``importance_sampling_level="sequence"``) computes exactly this, with the KL term and
 token-level IS weights inside the per-token loss; Liger divides by B instead of the local
-count of sequences. Defaults eps_low = 3e-4, eps_high = 4e-4 (GSPO's, whose sequence ratio
-LUSPO clips). Shapes: every tensor (B, T); the advantage is one per sequence ((B,), or (B, T)
-constant over a row's valid tokens). ``clip_frac_low/high`` count the tokens of clipped
+count of sequences. Defaults eps_low = 2e-3, eps_high = 2.5e-3: the LUSPO paper's setting
+(section 5.1, as TRL's ``docs/source/paper_index.md`` cites it), not GSPO's 3e-4 / 4e-4 (the
+length-weighted sum is not GSPO's mean, and the paper tunes its own band). Shapes: every
+tensor (B, T); the advantage is one per sequence ((B,), or (B, T) constant over a row's valid
+tokens). ``clip_frac_low/high`` count the tokens of clipped
 sequences.
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_SUM
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -66,11 +68,19 @@ def luspo_loss(
     )
 
 
+_PAPER = "LUSPO paper (arXiv 2602.05261)"
+
 LUSPO = LossSpec(
     name="luspo",
     fn=luspo_loss,
     description="LUSPO: GSPO's clipped sequence ratio, summed over the sequence's tokens (length-weighted)",
-    defaults={"eps_low": 3e-4, "eps_high": 4e-4, "reduction": SEQ_MEAN_TOKEN_SUM, **COMMON_DEFAULTS},
+    defaults={"eps_low": 2e-3, "eps_high": 2.5e-3, "reduction": SEQ_MEAN_TOKEN_SUM, **COMMON_DEFAULTS},
+    sources={
+        "eps_low": f"{_PAPER} §5.1, as TRL docs/source/paper_index.md cites it: 2e-3",
+        "eps_high": f"{_PAPER} §5.1, as TRL docs/source/paper_index.md cites it: 2.5e-3",
+        "reduction": f"{_PAPER}: GSPO's loss weighted by the sequence's length; TRL trainer/grpo_trainer.py (luspo)",
+        **COMMON_SOURCES,
+    },
     sequence_level=True,
     clip_space="ratio",
     reductions=(SEQ_MEAN_TOKEN_SUM,),  # the length weighting is the method

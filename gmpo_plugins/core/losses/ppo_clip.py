@@ -31,6 +31,7 @@ import torch
 
 from gmpo_plugins.core.kernels import TOKEN_IMPLS, check_impl
 from gmpo_plugins.core.kernels.token import fused_clipped_ratio_loss
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, prepare, token_is_weights
 from gmpo_plugins.core.reduce import (
     REDUCTIONS,
@@ -130,6 +131,29 @@ def dr_grpo_loss(inputs: LossInputs, batch: BatchInfo, **hparams: Any) -> LossOu
 DR_GRPO_NORM_LENGTH = 1024
 """Default constant length of ``seq-mean-token-sum-norm`` (module docstring)."""
 
+NORM_LENGTH_SOURCE = (
+    "registry constant (no framework default fits: Dr.GRPO's code divides by Oat's generate_max_length, "
+    "TRL by max_completion_length); read by seq-mean-token-sum-norm only: set it to the maximum completion length"
+)
+"""Where ``norm_length``'s default comes from (``LossSpec.sources``)."""
+
+_PPO_EPS = "verl trainer/config/actor/actor.yaml clip_ratio_low/high 0.2, TRL trainer/grpo_config.py epsilon 0.2"
+_DAPO = "DAPO paper (arXiv 2503.14476) §4.1, as TRL docs/source/paper_index.md cites it"
+_DUAL_CLIP = (
+    "off, as TRL and SkyRL's regular loss; verl's clip_ratio_c 3.0 (actor.yaml) is on by default: dual_clip=3 for it"
+)
+
+
+def _sources(reduction: str, eps_low: str, eps_high: str) -> dict[str, str]:
+    return {
+        "eps_low": eps_low,
+        "eps_high": eps_high,
+        "dual_clip": _DUAL_CLIP,
+        "reduction": reduction,
+        "norm_length": NORM_LENGTH_SOURCE,
+        **COMMON_SOURCES,
+    }
+
 
 def _defaults(reduction: Reduction, eps_high: float) -> dict[str, object]:
     return {
@@ -152,6 +176,9 @@ GRPO = LossSpec(
     formula="l_t = max(-A_t rho_t, -A_t clamp(rho_t, 1 - eps_low, 1 + eps_high)),  rho_t = exp(r_t)",
     native=("verl:vanilla", "trl:grpo", "skyrl:regular", "openrlhf:ppo", "liger:grpo"),
     defaults=_defaults(SEQ_MEAN_TOKEN_MEAN, 0.2),
+    sources=_sources(
+        "GRPO (arXiv 2402.03300): token mean per sequence, then the mean over sequences", _PPO_EPS, _PPO_EPS
+    ),
     clip_space="ratio",
     reductions=REDUCTIONS,
     impls=TOKEN_IMPLS,
@@ -163,6 +190,11 @@ DAPO = LossSpec(
     formula="grpo's l_t, token-mean",
     native=("verl:vanilla (token-mean)", "trl:dapo", "skyrl:regular (token_mean)", "liger:dapo"),
     defaults=_defaults(TOKEN_MEAN, 0.28),
+    sources=_sources(
+        "DAPO paper (arXiv 2503.14476): token-level policy-gradient loss, TRL's loss_type dapo",
+        f"{_DAPO}: 0.2",
+        f"{_DAPO}: clip-higher 0.28",
+    ),
     clip_space="ratio",
     reductions=(TOKEN_MEAN,),  # DAPO is defined by its token-mean
     impls=TOKEN_IMPLS,
@@ -179,6 +211,7 @@ DR_GRPO = LossSpec(
         "liger:dr_grpo",
     ),
     defaults=_defaults(SEQ_MEAN_TOKEN_SUM_NORM, 0.2),
+    sources=_sources("Dr.GRPO (arXiv 2503.20783): each sequence's token sum over a constant", _PPO_EPS, _PPO_EPS),
     clip_space="ratio",
     reductions=(SEQ_MEAN_TOKEN_SUM_NORM,),  # Dr.GRPO is defined by its constant-length sum
     impls=TOKEN_IMPLS,

@@ -39,7 +39,14 @@ from __future__ import annotations
 import torch
 
 from gmpo_plugins.core.losses.dppo import trust_region_mask
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, TokenBatch, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import (
+    COMMON_DEFAULTS,
+    COMMON_SOURCES,
+    TOKEN_REDUCTIONS,
+    TokenBatch,
+    finish_tokens,
+    token_batch,
+)
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -121,12 +128,24 @@ def prime_ipo_loss(
 
 
 _SHARED = {"adv_tau": 1.0, "kl_tau": 1e-3, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS}
+_CONFIGS = "prime-rl packages/prime-rl-configs/src/prime_rl/configs/trainer.py"
+_SHARED_SOURCES = {
+    "adv_tau": f"{_CONFIGS} adv_tau 1.0",
+    "kl_tau": f"{_CONFIGS} kl_tau 1e-3",
+    "reduction": "prime-rl src/prime_rl/trainer/rl/loss.py: the summed token losses over the token count",
+    **COMMON_SOURCES,
+}
 
 PRIME_RL = LossSpec(
     name="prime_rl",
     fn=prime_rl_loss,
     description="prime-rl default: DPPO-Binary-TV (-A r, masked) plus kl_tau (log r)^2 on every token",
     defaults={"delta_low": 0.2, "delta_high": 0.2, **_SHARED},
+    sources={
+        "delta_low": f"{_CONFIGS} DefaultLossConfig dppo_mask_low 0.2",
+        "delta_high": f"{_CONFIGS} DefaultLossConfig dppo_mask_high 0.2",
+        **_SHARED_SOURCES,
+    },
     reductions=TOKEN_REDUCTIONS,
     linear_in_advantages=False,
     formula="l_t = -adv_tau A_t r_t [dppo_tv's trust region] + kl_tau (log r_t)^2",
@@ -137,6 +156,7 @@ PRIME_IPO = LossSpec(
     fn=prime_ipo_loss,
     description="prime-rl ipo: -A r masked where |p - q| > ipo_threshold, plus kl_tau (log r)^2",
     defaults={"ipo_threshold": 0.1, **_SHARED},
+    sources={"ipo_threshold": f"{_CONFIGS} IPOLossConfig ipo_threshold 0.1", **_SHARED_SOURCES},
     reductions=TOKEN_REDUCTIONS,
     linear_in_advantages=False,
     formula="l_t = -adv_tau A_t r_t [|p_t - q_t| <= ipo_threshold] + kl_tau (log r_t)^2",

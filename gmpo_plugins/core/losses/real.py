@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import torch
 
+from gmpo_plugins.core.per_token import COMMON_SOURCES
 from gmpo_plugins.core.prepared import LOG_RATIO_GUARD, clamp_or_nan, prepare, sequence_is_weights
 from gmpo_plugins.core.reduce import SEQUENCE, masked_sum
 from gmpo_plugins.core.spec import LossSpec
@@ -120,6 +121,10 @@ REAL = LossSpec(
         "kl_estimator": "k3",
         "kl_clamp": None,
         "log_ratio_bound": LOG_RATIO_GUARD,
+    },
+    sources={
+        "real_tau": "ms-swift swift/rlhf_trainers/args_mixin.py GRPOArgumentsMixin real_tau 0.5",
+        **COMMON_SOURCES,
     },
     sequence_level=True,
     split_invariant=False,  # a group's log-sum-exp spans its rows: exact only for splits that keep groups whole

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -68,6 +68,12 @@ ROLLOUT_IS = LossSpec(
     fn=rollout_is_loss,
     description="SkyRL rollout_is: -sg(r 1[r in band]) * A * log pi, REINFORCE zeroed outside the band",
     defaults={"eps_low": 0.2, "eps_high": 0.2, "reduction": TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={
+        "eps_low": "SkyRL train/config/config.py eps_clip_low 0.2",
+        "eps_high": "SkyRL train/config/config.py eps_clip_high 0.2",
+        "reduction": "SkyRL train/config/config.py loss_reduction token_mean",
+        **COMMON_SOURCES,
+    },
     clip_space="ratio",
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -sg(r_t [1 - eps_low < r_t < 1 + eps_high]) * A_t * log pi_t",

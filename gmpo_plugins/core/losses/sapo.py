@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -65,6 +65,12 @@ SAPO = LossSpec(
     fn=sapo_loss,
     description="SAPO: a soft sigmoid gate on the token ratio instead of a hard clip",
     defaults={"tau_pos": 1.0, "tau_neg": 1.05, "reduction": SEQ_MEAN_TOKEN_MEAN, **COMMON_DEFAULTS},
+    sources={
+        "tau_pos": "SAPO paper (arXiv 2511.20347), as verl actor.yaml tau_pos 1.0 and TRL sapo_temperature_pos 1.0",
+        "tau_neg": "SAPO paper (arXiv 2511.20347), as verl actor.yaml tau_neg 1.05 and TRL sapo_temperature_neg 1.05",
+        "reduction": "SAPO paper (arXiv 2511.20347), which verl trainer/ppo/core_algos.py forces for sapo",
+        **COMMON_SOURCES,
+    },
     reductions=TOKEN_REDUCTIONS,
     formula="l_t = -sigmoid(tau_t (r_t - 1)) * 4 / tau_t * A_t,  tau_t = tau_pos if A_t > 0 else tau_neg",
     native=("verl:sapo", "trl:sapo", "skyrl:sapo", "liger:sapo"),

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import COMMON_DEFAULTS, COMMON_SOURCES, TOKEN_REDUCTIONS, finish_tokens, token_batch
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -89,6 +89,12 @@ TOPR = LossSpec(
         "topr_negative_weight": 1.0,
         "reduction": SEQ_MEAN_TOKEN_MEAN,
         **COMMON_DEFAULTS,
+    },
+    sources={
+        "topr_positive_weight": "ROLL roll/pipeline/rlvr/actor_pg_worker.py _compute_topr_loss (read with default 1.0)",
+        "topr_negative_weight": "ROLL roll/pipeline/rlvr/actor_pg_worker.py _compute_topr_loss (read with default 1.0)",
+        "reduction": "ROLL roll/configs/base_config.py loss_agg_mode seq-mean-token-mean",
+        **COMMON_SOURCES,
     },
     reductions=TOKEN_REDUCTIONS,
     requires=("rewards",),

@@ -29,7 +29,14 @@ import math
 
 import torch
 
-from gmpo_plugins.core.per_token import COMMON_DEFAULTS, TOKEN_REDUCTIONS, TokenBatch, finish_tokens, token_batch
+from gmpo_plugins.core.per_token import (
+    COMMON_DEFAULTS,
+    COMMON_SOURCES,
+    TOKEN_REDUCTIONS,
+    TokenBatch,
+    finish_tokens,
+    token_batch,
+)
 from gmpo_plugins.core.reduce import TOKEN_MEAN, masked_sum
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.tail import empty_loss, is_empty
@@ -104,6 +111,14 @@ VESPO = LossSpec(
         "vespo_lambda_neg": 2.0,
         "reduction": TOKEN_MEAN,
         **COMMON_DEFAULTS,
+    },
+    sources={
+        "vespo_k_pos": "TRL trainer/grpo_config.py vespo_k_pos 2.0 (as Liger's)",
+        "vespo_lambda_pos": "TRL trainer/grpo_config.py vespo_lambda_pos 3.0 (as Liger's)",
+        "vespo_k_neg": "TRL trainer/grpo_config.py vespo_k_neg 3.0 (as Liger's)",
+        "vespo_lambda_neg": "TRL trainer/grpo_config.py vespo_lambda_neg 2.0 (as Liger's)",
+        "reduction": "TRL trainer/grpo_trainer.py (vespo: the global active-token count), as Liger",
+        **COMMON_SOURCES,
     },
     sequence_level=True,
     reductions=TOKEN_REDUCTIONS,
