@@ -13,6 +13,10 @@ Precedence, for each hyper-parameter of the loss:
     2. the framework's field
     3. the loss's own default (``spec.defaults``)
 
+The shared options every loss accepts beside its own (the rollout correction's, the loss
+terms'; ``LossSpec.resolve``) come from the override only and are passed as given, after
+the loss's own hyper-parameters (one at its default, off, is left out).
+
 A framework config cannot tell an explicit value from its default, so a field whose value
 equals its default is labelled "framework default" and yields to an override; one
 hyper-parameter set both by the override and by a field with a non-default value is an
@@ -53,8 +57,10 @@ from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.adapters.inputs import refuse_unsupplied
+from gmpo_plugins.core.correction import CORRECTION_DEFAULTS
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
+from gmpo_plugins.core.terms import TERM_DEFAULTS
 
 OVERRIDE_ENV = "GMPO_PLUGINS_LOSS_HPARAMS"
 LOSS_DEFAULT = "loss default"
@@ -305,6 +311,10 @@ def resolve(
             items.append(Resolved(hparam, override[hparam][1], f"override {override[hparam][0]}"))
         else:
             items.append(Resolved(hparam, default, LOSS_DEFAULT))
+    shared = {**CORRECTION_DEFAULTS, **TERM_DEFAULTS}
+    for hparam, (channel, value) in override.items():  # the shared options, where they act
+        if hparam not in spec.defaults and value != shared[hparam]:
+            items.append(Resolved(hparam, value, f"override {channel}"))
     resolution = Resolution(framework, selector, spec, tuple(items))
     params = {**spec.defaults, **resolution.params()}
     try:

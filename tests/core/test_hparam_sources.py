@@ -304,3 +304,16 @@ def test_a_loss_term_option_whose_input_the_adapter_does_not_pass_is_refused_by_
         resolution_from_config(get_loss("gmpo"), skyrl_config(), "gmpo")
     monkeypatch.setenv(OVERRIDE_ENV, '{"entropy_coef": 0.0, "top_entropy_quantile": 1.0, "nll_coef": 0.0}')
     assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams == {"eps_low": 0.2, "eps_high": 0.2}  # the fields only
+
+
+def test_a_correction_option_in_the_override_reaches_the_loss_or_is_refused_by_name(monkeypatch):
+    """A correction option that reads no rollout log-probs (the off-policy mask) reaches the
+    hyper-parameters the loss is called with, in OpenRLHF's and SkyRL's translation; one that
+    reads them is refused by name where the adapter does not pass them (SkyRL)."""
+    monkeypatch.setenv(OVERRIDE_ENV, '{"off_policy_mask_threshold": 0.5}')
+    assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams["off_policy_mask_threshold"] == 0.5
+    assert resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo").params()["off_policy_mask_threshold"] == 0.5
+    monkeypatch.setenv(OVERRIDE_ENV, '{"rollout_is": "sequence"}')
+    needs = "^gmpo_plugins: grpo with rollout_is='sequence' needs the rollout engine's log-probs, which the SkyRL"
+    with pytest.raises(SkyRLConfigError, match=needs):
+        resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo")

@@ -31,6 +31,10 @@ def test_a_loss_needing_an_input_no_adapter_passes_is_refused_with_the_reason():
         cell(get_loss("topr"), "verl")
         == "refused: topr needs per-sequence rewards, which the verl adapter does not pass yet"
     )
+    assert cell(get_loss("m2po"), "openrlhf") == (  # OpenRLHF passes them (adapters.inputs.SUPPLIED)
+        "`m2po` with `--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip "
+        "--algo.advantage.is_correction_threshold 1 1`"
+    )
     assert cell(get_loss("m2po"), "skyrl").endswith(
         "refused: m2po needs the rollout engine's log-probs, which the SkyRL adapter does not pass yet"
     )
