@@ -24,12 +24,18 @@ from gmpo_plugins.core.correction import CORRECTION_DEFAULTS
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 
-SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": (), "openrlhf": ("rollout_log_probs",), "skyrl": ()}
+SUPPLIED: dict[str, tuple[str, ...]] = {
+    "verl": (),
+    "trl": (),
+    "openrlhf": ("rollout_log_probs",),
+    "skyrl": ("rollout_log_probs",),
+}
 """Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss."""
 
 ROLLOUT_SETTINGS: dict[str, str] = {
     "openrlhf": "--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip "
     "--algo.advantage.is_correction_threshold 1 1",
+    "skyrl": "generator.sampling_params.logprobs=1",
 }
 """Framework (lower case) -> the setting with which it passes the rollout log-probs to the loss
 without a correction of its own (the support table names it beside a loss that reads them)."""
