@@ -13,8 +13,11 @@ Precedence, for each hyper-parameter of the loss:
     2. the framework's field
     3. the loss's own default (``spec.defaults``)
 
-The loss terms' options (``core.terms.TERM_DEFAULTS``, which every loss accepts) resolve the
-same way where a row or the override sets them, and are left out (off) otherwise.
+The shared options every loss accepts beside its own resolve after the loss's own
+hyper-parameters: the loss terms' (``core.terms.TERM_DEFAULTS``) the same way as a loss's own
+where a row or the override sets them, left out (off) otherwise; the rollout correction's
+(``core.correction.CORRECTION_DEFAULTS``) from the override only, passed as given (one at its
+default, off, is left out).
 
 A framework config cannot tell an explicit value from its default, so a field whose value
 equals its default is labelled "framework default" and yields to an override; one
@@ -56,6 +59,7 @@ from typing import Any
 
 from gmpo_plugins.adapters._common import check_translated_hparams
 from gmpo_plugins.adapters.inputs import refuse_unsupplied
+from gmpo_plugins.core.correction import CORRECTION_DEFAULTS
 from gmpo_plugins.core.hparams import check_hparams
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.terms import TERM_DEFAULTS
@@ -323,6 +327,9 @@ def resolve(
             items.append(decided[hparam])
         elif hparam in override:
             items.append(Resolved(hparam, override[hparam][1], f"override {override[hparam][0]}"))
+    for hparam, (channel, value) in override.items():  # the correction's options, where they act
+        if hparam in CORRECTION_DEFAULTS and hparam not in spec.defaults and value != CORRECTION_DEFAULTS[hparam]:
+            items.append(Resolved(hparam, value, f"override {channel}"))
     resolution = Resolution(framework, selector, spec, tuple(items))
     params = {**spec.defaults, **resolution.params()}
     try:

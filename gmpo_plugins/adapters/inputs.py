@@ -2,14 +2,16 @@
 
 A loss lists the optional ``LossInputs`` fields it reads in ``LossSpec.requires`` (``topr``:
 ``rewards``), and the loss terms' options add theirs (``LossSpec.inputs_for``: ``entropy_coef``
-and ``top_entropy_quantile`` read ``entropy``, ``nll_coef`` reads ``rewards``). ``SUPPLIED``
+and ``top_entropy_quantile`` read ``entropy``, ``nll_coef`` reads ``rewards``), as do the
+correction options that read the rollout log-probs (``rollout_is``, ``rollout_rs``,
+``rollout_bypass``). ``SUPPLIED``
 says which of them each framework's adapter passes; a loss that requires one its adapter does
 not pass is refused by name, with the reason, where the adapter first sees the loss
 (``refuse_unsupplied``, first in each adapter's translation of the loss's settings, before any
 check of them); the support table, the compare backends, the parity
 harness and ``gmpo-plugins doctor`` give the same reason (``refusal``). The audit needs no
 rule: it compares the frameworks' own losses, and none ships these. Passing an input later is
-one entry of ``SUPPLIED``. A term option set in the override that needs an input the adapter
+one entry of ``SUPPLIED``. A term or correction option set in the override that needs an input the adapter
 does not pass is refused the same way, naming the option (``hparam_sources.resolve``).
 """
 
@@ -18,14 +20,32 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gmpo_plugins.core.correction import CORRECTION_DEFAULTS
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 
-SUPPLIED: dict[str, tuple[str, ...]] = {"verl": (), "trl": ("rewards", "entropy"), "openrlhf": (), "skyrl": ()}
+SUPPLIED: dict[str, tuple[str, ...]] = {
+    "verl": (),
+    "trl": ("rewards", "entropy"),
+    "openrlhf": ("rollout_log_probs",),
+    "skyrl": ("rollout_log_probs",),
+}
 """Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss
 (TRL: the per-sample total reward of its reward functions and the differentiable per-token
 entropy of its forward; on its fused-linear path the entropy is not passed, which that path
-refuses by name itself: ``adapters.trl.options``)."""
+refuses by name itself: ``adapters.trl.options``; OpenRLHF and SkyRL: the rollout engine's
+log-probs, with the setting of ``ROLLOUT_SETTINGS``)."""
+
+ROLLOUT_SETTINGS: dict[str, str] = {
+    "openrlhf": "--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip "
+    "--algo.advantage.is_correction_threshold 1 1",
+    "skyrl": "generator.sampling_params.logprobs=1",
+}
+"""Framework (lower case) -> the setting with which it passes the rollout log-probs to the loss
+without a correction of its own (the support table names it beside a loss that reads them)."""
+
+ROLLOUT_READERS = ("rollout_bypass", "rollout_is", "rollout_rs")
+"""The correction options that read ``rollout_log_probs`` when set (``Correction.needs_rollout``)."""
 
 DESCRIPTIONS = {
     "rewards": "per-sequence rewards",
@@ -67,10 +87,16 @@ def refusal(
     if not missing:
         return None
     needs = " and ".join(DESCRIPTIONS.get(name, name) for name in missing)
-    options = {key: value for key, value in (hparams or {}).items() if key in TERM_DEFAULTS}
-    named = [f"{key}={value!r}" for key, value in options.items() if required_inputs({key: value})]
+    named = [f"{key}={value!r}" for key, value in (hparams or {}).items() if _reads_input(key, value)]
     subject = f"{spec.name} with {', '.join(named)}" if named else spec.name
     return f"{subject} needs {needs}, which {caller or f'the {framework} adapter'} does not pass yet"
+
+
+def _reads_input(option: str, value: Any) -> bool:
+    """True when the loss-term or correction ``option`` set to ``value`` reads an optional input."""
+    if option in TERM_DEFAULTS:
+        return bool(required_inputs({option: value}))
+    return option in ROLLOUT_READERS and value != CORRECTION_DEFAULTS[option]
 
 
 def refuse_unsupplied(

@@ -12,7 +12,8 @@ the setting that selects the registry's, or the reason it is refused:
               a loss not ``linear_in_advantages`` (SkyRL pre-scales the advantages)
 
 A loss that ``requires`` an optional input (``LossSpec.requires``) the adapter does not pass
-is refused with ``inputs.refusal``'s reason, as the adapter refuses it.
+is refused with ``inputs.refusal``'s reason, as the adapter refuses it; one that reads the
+rollout log-probs names the framework setting that passes them (``inputs.ROLLOUT_SETTINGS``).
 
 The names follow the registration rule (``names.PREFIX``) as the frameworks installed here
 ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the table
@@ -21,7 +22,7 @@ ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the t
 
 from __future__ import annotations
 
-from gmpo_plugins.adapters.inputs import refusal
+from gmpo_plugins.adapters.inputs import ROLLOUT_SETTINGS, refusal
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.losses import BUILTIN_LOSSES
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
@@ -48,19 +49,27 @@ def cell(spec: LossSpec, framework: str) -> str:
     reason = refusal(spec, LABELS[framework])
     if reason is not None:
         return f"{own}refused: {reason}"
+    setting = _setting(spec, framework)
+    if "rollout_log_probs" in spec.requires and framework in ROLLOUT_SETTINGS and not setting.startswith("refused"):
+        setting = f"{setting} with `{ROLLOUT_SETTINGS[framework]}`"
+    return own + setting
+
+
+def _setting(spec: LossSpec, framework: str) -> str:
+    """The setting that selects ``spec`` in ``framework``, or ``refused: why`` (SkyRL)."""
     name = _name(spec, framework)
     if framework == "verl":
-        return f"{own}`loss_mode={name}`"
+        return f"`loss_mode={name}`"
     if framework == "trl":  # the trainer's own argument: no name to share
-        return f'{own}`loss="{spec.name}"`'
+        return f'`loss="{spec.name}"`'
     if framework == "openrlhf":
         reductions = spec.reductions if "reduction" in spec.defaults else ()
         override = reductions and not {TOKEN_MEAN, SEQ_MEAN_TOKEN_MEAN} & set(reductions)
         how = f" with `GMPO_PLUGINS_LOSS_HPARAMS` `reduction={reductions[0]}`" if override else ""
-        return f"{own}`{name}`{how}"
+        return f"`{name}`{how}"
     if not spec.linear_in_advantages:
-        return f"{own}refused: not linear in the advantages, which SkyRL pre-scales"
-    return f"{own}`policy_loss_type={name}`"
+        return "refused: not linear in the advantages, which SkyRL pre-scales"
+    return f"`policy_loss_type={name}`"
 
 
 def support_table() -> str:

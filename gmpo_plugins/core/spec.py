@@ -167,9 +167,13 @@ class LossSpec:
     provider: str = ""
 
     def inputs_for(self, hparams: Mapping[str, Any]) -> tuple[str, ...]:
-        """The optional ``LossInputs`` fields a call with ``hparams`` reads: ``requires`` and
-        those of the loss-term options set there (``terms.required_inputs``)."""
+        """The optional ``LossInputs`` fields a call with ``hparams`` reads: ``requires``, those
+        of the loss-term options set there (``terms.required_inputs``), and ``rollout_log_probs``
+        for a correction option set there that reads them (``Correction.needs_rollout``)."""
         extra = [name for name in required_inputs(hparams) if name not in self.requires]
+        correction, _ = split_correction({key: value for key, value in hparams.items() if key in CORRECTION_DEFAULTS})
+        if correction.needs_rollout and "rollout_log_probs" not in (*self.requires, *extra):
+            extra.append("rollout_log_probs")
         return (*self.requires, *extra)
 
     def resolve(self, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -264,8 +264,8 @@ def test_a_fresh_process_prints_the_line_and_the_warning_on_stderr():
 
 
 def test_a_loss_needing_an_input_the_adapter_does_not_pass_is_refused_first():
-    """topr reads rewards, m2po rollout log-probs (``LossSpec.requires``); no adapter passes
-    them: each refuses the loss by name with the reason, before any check of its settings
+    """topr reads rewards (``LossSpec.requires``); no adapter passes them: each refuses the
+    loss by name with the reason, before any check of its settings
     (SkyRL's refusal of a loss not linear in the advantages included: prime_rl is not, but
     requires nothing)."""
     message = r"^gmpo_plugins: topr needs per-sequence rewards, which the {} adapter does not pass yet$"
@@ -273,9 +273,7 @@ def test_a_loss_needing_an_input_the_adapter_does_not_pass_is_refused_first():
         plan_loss("topr", **OPENRLHF_DEFAULTS)
     with pytest.raises(SkyRLConfigError, match=message.format("SkyRL")):
         resolution_from_config(get_loss("topr"), None, "topr")  # before the config is read
-    needs = "m2po needs the rollout engine's log-probs, which the SkyRL adapter does not pass yet"
-    with pytest.raises(SkyRLConfigError, match=needs):
-        resolution_from_config(get_loss("m2po"), skyrl_config(), "m2po")
+    assert sources(resolution_from_config(get_loss("m2po"), skyrl_config(), "m2po"))  # SkyRL passes them
     assert sources(resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo"))  # nothing required
 
 
@@ -327,3 +325,16 @@ def test_a_loss_term_option_resolves_like_a_hyper_parameter():
     assert run(1.0).params() == {"top_entropy_quantile": 1.0}  # the field at its default: off, and said so
     with pytest.raises(ValueError, match=r"^gmpo_plugins: cfg.quantile=1.5 is not valid for s: it is the loss term"):
         run(1.5)
+
+
+def test_a_correction_option_in_the_override_reaches_the_loss_or_is_refused_by_name(monkeypatch):
+    """A correction option that reads no rollout log-probs (the off-policy mask) reaches the
+    hyper-parameters the loss is called with, in OpenRLHF's and SkyRL's translation; one that
+    reads them is refused by name where the adapter does not pass them (verl)."""
+    monkeypatch.setenv(OVERRIDE_ENV, '{"off_policy_mask_threshold": 0.5}')
+    assert plan_loss("gmpo", **OPENRLHF_DEFAULTS).hparams["off_policy_mask_threshold"] == 0.5
+    assert resolution_from_config(get_loss("grpo"), skyrl_config(), "grpo").params()["off_policy_mask_threshold"] == 0.5
+    monkeypatch.setenv(OVERRIDE_ENV, '{"rollout_is": "sequence"}')
+    needs = "^gmpo_plugins: grpo with rollout_is='sequence' needs the rollout engine's log-probs, which the verl"
+    with pytest.raises(ValueError, match=needs):  # the translation every adapter calls, as verl's does
+        hparam_sources.resolve(get_loss("grpo"), (), {}, framework="verl", selector="loss_mode=grpo", error=ValueError)

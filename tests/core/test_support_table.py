@@ -31,9 +31,14 @@ def test_a_loss_needing_an_input_no_adapter_passes_is_refused_with_the_reason():
         cell(get_loss("topr"), "verl")
         == "refused: topr needs per-sequence rewards, which the verl adapter does not pass yet"
     )
-    assert cell(get_loss("m2po"), "skyrl").endswith(
-        "refused: m2po needs the rollout engine's log-probs, which the SkyRL adapter does not pass yet"
+    assert cell(get_loss("m2po"), "openrlhf") == (  # OpenRLHF passes them (adapters.inputs.SUPPLIED)
+        "`m2po` with `--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip "
+        "--algo.advantage.is_correction_threshold 1 1`"
     )
+    assert cell(get_loss("m2po"), "verl").endswith(
+        "refused: m2po needs the rollout engine's log-probs, which the verl adapter does not pass yet"
+    )
+    assert cell(get_loss("m2po"), "skyrl") == "`policy_loss_type=m2po` with `generator.sampling_params.logprobs=1`"
 
 
 def test_the_doctor_lists_the_losses_refused_for_a_missing_input():

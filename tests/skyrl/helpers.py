@@ -88,13 +88,21 @@ def core_step(
     batch: dict[str, torch.Tensor],
     hparams: dict[str, Any],
     rollout_is_weights: torch.Tensor | None = None,
+    rollout_log_probs: torch.Tensor | None = None,
 ):
     """The core on the whole mini-batch, with the counts a framework passes
     (global_batch_size = every row, global_num_tokens = every valid token)."""
     log_probs = batch["log_probs"].clone().requires_grad_(True)
     mask = batch["loss_mask"] != 0
     info = BatchInfo(dp_size=1, global_batch_size=mask.shape[0], global_num_tokens=int(mask.sum()))
-    inputs = LossInputs(log_probs, batch["old_log_probs"], batch["scores"], mask, rollout_is_weights=rollout_is_weights)
+    inputs = LossInputs(
+        log_probs,
+        batch["old_log_probs"],
+        batch["scores"],
+        mask,
+        rollout_log_probs=rollout_log_probs,
+        rollout_is_weights=rollout_is_weights,
+    )
     out = get_loss(loss_name)(inputs, info, **hparams)
     out.loss.backward()
     return float(out.loss.detach()), log_probs.grad.double(), out.metrics

@@ -13,11 +13,13 @@ import torch
 from gmpo_plugins.adapters.skyrl.options import accepted_reductions
 from gmpo_plugins.core.registry import get_loss
 
-from ..registry_names import builtin_losses
+from ..registry_names import adapter_losses, builtin_losses
 from .helpers import algorithm_config, core_hparams, core_step, make_batch, skyrl_step
 
 EPS = {"log": (0.3, 0.35), "ratio": (0.2, 0.28)}
-LINEAR = [name for name in builtin_losses() if get_loss(name).linear_in_advantages]
+LINEAR = [  # the losses SkyRL can call (topr: no rewards) and express (linear in the advantages)
+    name for name in builtin_losses() if get_loss(name).linear_in_advantages and name in adapter_losses("SkyRL")
+]
 CASES = [(name, reduction) for name in LINEAR for reduction in accepted_reductions(get_loss(name))]
 LAYOUTS = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2)]  # (dp_size, micro-batches per rank)
 
@@ -46,11 +48,13 @@ def test_loss_and_gradient_equal_the_core(registered, name, reduction, spread):
 
     batch = make_batch(spread)
     config = _config(name, reduction)
-    want, want_grad, _ = core_step(name, batch, core_hparams(name, config))
+    rollout = batch["rollout_logprobs"]  # read by decoupled_ppo and m2po only
+    want, want_grad, _ = core_step(name, batch, core_hparams(name, config), rollout_log_probs=rollout)
     assert want_grad.abs().max() > 0
     fn = PolicyLossRegistry.get("gmpo_plugins." + name)  # the bare name may be SkyRL's own
-    for dp_size, micro_batches in LAYOUTS:
-        got, grad = skyrl_step(fn, batch, config, dp_size=dp_size, micro_batches=micro_batches)
+    layouts = LAYOUTS if get_loss(name).split_invariant else LAYOUTS[:1]  # m2po: the micro-batch's moment
+    for dp_size, micro_batches in layouts:
+        got, grad = skyrl_step(fn, batch, config, dp_size=dp_size, micro_batches=micro_batches, rollout=True)
         _close(got, grad, want, want_grad)
 
 

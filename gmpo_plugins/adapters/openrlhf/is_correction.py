@@ -21,6 +21,12 @@ OpenRLHF keeps it in the token count it divides by, and so does the loss's ``Bat
 ``core.correction``, the zero-weight rule).
 Weights at padding are 0. Shapes: every tensor (B, T).
 
+Transport only: OpenRLHF 0.11.2 asks vLLM for the rollout log-probs only when
+``--algo.advantage.is_correction_level`` is not off. ``PASS_ONLY`` (level token, mode clip,
+gating ratio, threshold 1 1: every c_t = clamp(rho_t, 1, 1) = 1) turns them on without a
+correction of OpenRLHF's, so that the registry's own correction (``core.correction``) or a
+loss that reads them (``decoupled_ppo``) can use them.
+
 Also returned, as OpenRLHF returns them: ``vllm_kl`` (mean of rollout - old over valid
 tokens) and ``is_filter_ratio`` (the fraction of units outside the band: tokens, or rows at
 level seq).
@@ -32,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gmpo_plugins.adapters.inputs import ROLLOUT_SETTINGS
+
 
 @dataclass(frozen=True)
 class ISCorrection:
@@ -41,6 +49,16 @@ class ISCorrection:
     mode: str
     gating: str
     threshold: tuple[float, float]
+
+    @property
+    def pass_only(self) -> bool:
+        """True for ``PASS_ONLY``: every weight is 1, only the log-probs are passed."""
+        return self == PASS_ONLY
+
+
+PASS_ONLY = ISCorrection("token", "clip", "ratio", (1.0, 1.0))
+PASS_ONLY_FLAGS = ROLLOUT_SETTINGS["openrlhf"]
+"""The correction of weight 1 everywhere, and its flags: rollout log-probs without OpenRLHF's correction."""
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -41,6 +41,15 @@ False (seq-mean-token-mean) silently. Token-level losses accept only True.
 IS correction (``--algo.advantage.is_correction_*``): every level, mode and gating becomes
 the loss's ``rollout_is_weights`` (``is_correction``; a dropped token a zero weight).
 
+Rollout log-probs: OpenRLHF passes them to ``PolicyLoss.forward`` (vLLM returns them) only
+when ``--algo.advantage.is_correction_level`` is not off; they become
+``LossInputs.rollout_log_probs``. A loss that reads them (``decoupled_ppo``, ``m2po``) or a
+correction option of the core that does (``rollout_is``, ``rollout_rs``, ``rollout_bypass``
+in ``GMPO_PLUGINS_LOSS_HPARAMS``) is refused without that flag, and the core's correction
+(those options, or the loss's own correction defaults) is refused beside an OpenRLHF
+correction other than ``PASS_ONLY_FLAGS`` (weight 1: the log-probs only), never applied twice
+(``adapters.rollout_source``).
+
 Refused with ``OpenRLHFConfigError`` (at construction, naming the OpenRLHF flag): a
 ``dual_clip`` for a loss without one, a loss whose defining reduction is not one of
 OpenRLHF's two (``dr_grpo``'s seq-mean-token-sum-norm needs a constant length that
@@ -73,8 +82,9 @@ from gmpo_plugins.adapters.hparam_sources import (
 )
 from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.adapters.names import PREFIX
-from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection
+from gmpo_plugins.adapters.openrlhf.is_correction import PASS_ONLY_FLAGS, ISCorrection
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
+from gmpo_plugins.adapters.rollout_source import refuse_double, refuse_missing
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
 from gmpo_plugins.core.registry import LossNameCollisionError, list_losses, refused_losses
 from gmpo_plugins.core.spec import LossSpec
@@ -253,8 +263,31 @@ def plan_loss(
     )
     if resolution is None:
         return None
+    check_rollout(resolution.spec, resolution.params(), is_correction)
     announce(resolution)
     return LossPlan(policy_loss_type, resolution.spec, resolution.params(), is_correction)
+
+
+def check_rollout(spec: LossSpec, hparams: Mapping[str, Any], is_correction: ISCorrection | None) -> None:
+    """Refuse, naming the flags, a call that reads rollout log-probs OpenRLHF will not pass, and
+    the core's correction beside OpenRLHF's own (module docstring)."""
+    if is_correction is None:
+        refuse_missing(
+            spec,
+            hparams,
+            framework="OpenRLHF",
+            setting=f"--algo.advantage.is_correction_level token or seq (without its correction: {PASS_ONLY_FLAGS})",
+            error=OpenRLHFConfigError,
+        )
+    elif not is_correction.pass_only:
+        refuse_double(
+            spec,
+            hparams,
+            own=f"--algo.advantage.is_correction_level {is_correction.level} --algo.advantage.is_correction_mode "
+            f"{is_correction.mode} --algo.advantage.is_correction_gating {is_correction.gating}",
+            error=OpenRLHFConfigError,
+            instead=f"; {PASS_ONLY_FLAGS} passes the rollout log-probs without OpenRLHF's correction",
+        )
 
 
 def batch_info(dp_size: Any, batch_num_tokens: Any, global_batch_size: Any) -> BatchInfo:

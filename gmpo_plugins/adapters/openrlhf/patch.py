@@ -12,7 +12,8 @@ bindings, so the class object itself gets a new ``__init__`` and ``forward``:
                                 (byte-identical results); a registry loss:
 
         LossInputs(log_probs (B, A), old_log_probs (B, A), advantages (B, A) or (B,),
-                   mask=action_mask (B, A) int64/bool, all ones when None)
+                   mask=action_mask (B, A) int64/bool, all ones when None,
+                   rollout_log_probs (B, A) or None, rollout_is_weights (B, A) or None)
         BatchInfo(dp_size, global_batch_size, global_num_tokens=batch_num_tokens)
         out = spec(inputs, batch, **hparams)
         return (out.loss, out.metrics["clip_frac"], out.metrics["ppo_kl"], None, None)
@@ -30,7 +31,9 @@ the last two are None without IS correction, and OpenRLHF's values with it (the 
 becomes the loss's ``rollout_is_weights``: ``is_correction``). ``clip_frac`` (valid tokens
 whose clipped value was chosen) and ``ppo_kl`` (mean of old - new log-prob over valid tokens)
 mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean; a plugin loss without them reports 0.
-``rollout_log_probs`` feeds the IS correction only. The loss math is the registry's; this
+``rollout_log_probs`` (given when ``--algo.advantage.is_correction_level`` is on) is the loss's
+``rollout_log_probs`` (the core's correction options and the losses that read them); with
+``is_correction.PASS_ONLY`` OpenRLHF's weights (all 1) are not passed. The loss math is the registry's; this
 module only translates.
 """
 
@@ -141,12 +144,15 @@ def registry_forward(
                 "log-probs, and PolicyLoss.forward was given rollout_log_probs=None"
             )
         weights, vllm_kl, filter_ratio = rollout_is_weights(plan.is_correction, old_log_probs, rollout_log_probs, mask)
+        if plan.is_correction.pass_only:
+            weights = None
     out = plan.spec(
         LossInputs(
             log_probs=log_probs,
             old_log_probs=old_log_probs,
             advantages=advantages,
             mask=mask,
+            rollout_log_probs=rollout_log_probs,
             rollout_is_weights=weights,
         ),
         batch_info(dp_size, batch_num_tokens, global_batch_size),

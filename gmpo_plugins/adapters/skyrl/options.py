@@ -24,6 +24,13 @@ for each loss that declares the hyper-parameter in its spec (``spec.defaults``):
     clip_cov_ratio, clip_cov_lb, clip_cov_ub <- clip_cov.clip_ratio, .clip_cov_lb, .clip_cov_ub
     kl_cov_ratio, ppo_kl_coef  <- kl_cov.kl_cov_frac (a fraction, 0.2 = 20%), kl_cov.ppo_kl_coef
 
+Rollout log-probs: SkyRL passes ``rollout_logprobs`` to the loss when the rollout engine
+returns them (``generator.sampling_params.logprobs``, 1 by default); they become
+``LossInputs.rollout_log_probs``, for a loss that reads them (``decoupled_ppo``, ``m2po``) and
+the core's correction options (``adapters.rollout_source``). SkyRL's own
+``off_policy_correction.tis_ratio_type`` (its IS weights, ``off_policy``) beside the core's
+correction (an option set in the override, or the loss's own) is refused naming both.
+
 Every other hyper-parameter comes from ``GMPO_PLUGINS_LOSS_HPARAMS`` (our entry point
 forwards it to the Ray workers) or keeps its registry default: ``kl_beta`` stays 0 (SkyRL
 adds its own KL term when ``use_kl_loss`` is set) and ``dual_clip`` stays None (SkyRL
@@ -77,13 +84,15 @@ from gmpo_plugins.adapters.hparam_sources import (
     resolve,
     two_sided,
 )
-from gmpo_plugins.adapters.inputs import refuse_unsupplied
+from gmpo_plugins.adapters.inputs import ROLLOUT_SETTINGS, refuse_unsupplied
+from gmpo_plugins.adapters.rollout_source import refuse_double
 from gmpo_plugins.adapters.skyrl.releases import RELEASES, SkyRLRelease, installed
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
 
 ALGORITHM = "trainer.algorithm"
+LOGPROBS_SETTING = ROLLOUT_SETTINGS["skyrl"]
 TOKEN = "token_mean"
 SEQUENCE = "sequence_mean"
 SUM_NORM = "seq_mean_token_sum_norm"
@@ -278,7 +287,7 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
     reduction = _reduction(spec, config, policy_loss_type)
     if reduction == SUM_NORM and "norm_length" in spec.defaults:
         max_seq_len(config, policy_loss_type)
-    return resolve(
+    resolution = resolve(
         spec,
         skyrl_fields(installed()),
         config,
@@ -286,6 +295,17 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
         selector=f"policy_loss_type={policy_loss_type}",
         error=SkyRLConfigError,
     )
+    kind = getattr(getattr(config, "off_policy_correction", None), "tis_ratio_type", None)
+    if kind is not None:
+        field = f"{_field('off_policy_correction')}.tis_ratio_type"
+        refuse_double(
+            spec,
+            resolution.params(),
+            own=f"{field}={kind}",
+            error=SkyRLConfigError,
+            instead=f" ({field}=null leaves the rollout log-probs to the registry's)",
+        )
+    return resolution
 
 
 def hparams_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> dict[str, Any]:

@@ -12,6 +12,8 @@ built here only translates:
 
     hyper-parameters from config fields, advantages and BatchInfo from SkyRL's scaling
     (``options``), rollout IS weights from off_policy_correction (``off_policy``),
+    ``rollout_logprobs`` as ``LossInputs.rollout_log_probs`` (refused by name when None
+    and the call reads them: ``rollout_source``),
     metrics to SkyRL's names (``metrics``)
 
 and calls the registry loss: the loss math is the registry's. It is a small picklable
@@ -27,9 +29,16 @@ import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
+from gmpo_plugins.adapters.rollout_source import refuse_missing
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
-from gmpo_plugins.adapters.skyrl.options import core_advantages, hparams_from_config, max_seq_len
+from gmpo_plugins.adapters.skyrl.options import (
+    LOGPROBS_SETTING,
+    SkyRLConfigError,
+    core_advantages,
+    hparams_from_config,
+    max_seq_len,
+)
 from gmpo_plugins.core.registry import LossNameCollisionError, get_loss
 from gmpo_plugins.core.types import LossInputs
 
@@ -71,12 +80,15 @@ class SkyRLPolicyLoss:
         reduction = config.loss_reduction
         length = max_seq_len(config, self.policy_loss_type) if reduction == "seq_mean_token_sum_norm" else None
         core_adv, batch = core_advantages(advantages, loss_mask, reduction, length)
+        if rollout_logprobs is None:
+            refuse_missing(spec, hparams, framework="SkyRL", setting=LOGPROBS_SETTING, error=SkyRLConfigError)
         weights, metrics = rollout_is_weights(config, old_log_probs, rollout_logprobs, loss_mask, self.policy_loss_type)
         inputs = LossInputs(
             log_probs=log_probs,
             old_log_probs=old_log_probs,
             advantages=core_adv,
             mask=loss_mask,
+            rollout_log_probs=rollout_logprobs,
             rollout_is_weights=weights,
         )
         out = spec(inputs, batch, validate=value_checks_enabled(f"skyrl:{self.policy_loss_type}"), **hparams)

@@ -132,7 +132,8 @@ class SkyRLBackend:
             return OWN.supports(loss_name)
         from gmpo_plugins.adapters.inputs import refusal
 
-        if refusal(get_loss(loss_name), "skyrl") is not None:
+        spec = get_loss(loss_name)
+        if refusal(spec, "skyrl") is not None or spec.requires:  # a PolicyLossCall carries no optional input
             return False
         try:
             algorithm_fields(loss_name, get_loss(loss_name).resolve({}), width=1)
