@@ -62,11 +62,9 @@ VERL_REQUIREMENTS = ("verl==0.9.1", "fastapi", "uvicorn")
 VERL_TRAINER_REQUIREMENTS = ("cachetools", "transferqueue==0.1.11")
 
 nox.options.error_on_missing_interpreters = True
-# pip byte-compiles every module it installs (torch, transformers, Ray, DeepSpeed: about half of an
-# install's CPU time on a 2-core machine); Python compiles the modules a test imports on first import
-# instead. PIP_COMPILE=0 is `--no-compile` (pip reads PIP_NO_COMPILE=1 as `--compile`). No version
-# check: one request less per install.
-os.environ.setdefault("PIP_COMPILE", "0")
+# No pip version check: one request less per install. pip keeps byte-compiling what it installs:
+# where PYTHONDONTWRITEBYTECODE is set, those are the only .pyc files the many processes of a session
+# (Ray workers, trainer launches) can read.
 os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
 # pyproject.toml makes every warning an error. verl and OpenRLHF (with Ray, DeepSpeed) and Triton's
 # interpreter emit warnings of their own that change with their releases: their sessions report
