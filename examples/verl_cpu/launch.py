@@ -88,8 +88,9 @@ def prepare_environment() -> None:
 
 
 def compose(overrides: Sequence[str]):
-    """verl's ``ppo_trainer`` config with ``CPU_OVERRIDES`` then ``overrides`` (with
-    ``trainer.use_v1=false``, verl's own agent loop manager: ``agent_loop`` is the v1 trainer's)."""
+    """verl's ``ppo_trainer`` config with ``CPU_OVERRIDES`` then ``overrides``: verl's default v1
+    trainer unless ``overrides`` set ``trainer.use_v1=false`` (the deprecated legacy trainer, which
+    then keeps verl's own agent loop manager: ``agent_loop``'s seeded one is for the v1 trainer)."""
     import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
