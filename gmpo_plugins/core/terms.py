@@ -231,18 +231,17 @@ def add_terms(
     rows = (count > 0).to(dtype)
     metrics = dict(out.metrics)
     loss = out.loss
+    weights = row_weights(count, rows, batch, reduction, norm_length) if terms.active else None
     if inputs.entropy is not None:
         entropy = torch.where(mask, inputs.entropy.to(dtype), zero)
         metrics["entropy"] = masked_mean(entropy.detach(), mask)
-        if terms.entropy_coef != 0:
-            weights = row_weights(count, rows, batch, reduction, norm_length)
+        if terms.entropy_coef != 0 and weights is not None:
             if keep is not None:
                 entropy = torch.where(keep, entropy, zero)  # TRL's effective mask
             loss = loss - terms.entropy_coef * torch.dot(entropy.sum(-1), weights)
-    if terms.nll_coef != 0 and inputs.rewards is not None:
+    if terms.nll_coef != 0 and inputs.rewards is not None and weights is not None:
         positive = (inputs.rewards.detach() > 0)[:, None] & mask
         nll = -torch.where(positive, inputs.log_probs.to(dtype), zero)
-        weights = row_weights(count, rows, batch, reduction, norm_length)
         metrics["nll"] = masked_mean(nll.detach(), positive)
         loss = loss + terms.nll_coef * torch.dot(nll.sum(-1), weights)
     return LossOutput(loss=loss, metrics=metrics)

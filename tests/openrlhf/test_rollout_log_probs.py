@@ -98,3 +98,25 @@ def test_openrlhfs_correction_beside_the_cores_is_refused_by_both_names(loss_mod
     )
     with pytest.raises(OpenRLHFConfigError, match=both):
         loss_module.PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.2, policy_loss_type=name, is_correction_level="token")
+
+
+def test_a_call_that_does_not_read_them_gets_none(loss_module):
+    """gmpo with OpenRLHF's pass-only correction: the rollout log-probs reach no part of the call
+    (no correction metric, no weights), even a -inf one at a valid token, which the loss would
+    otherwise have to turn into a non-finite loss."""
+    batch = openrlhf_batch(seed=5, dtype=torch.float64)
+    row, column = (int(i) for i in batch.action_mask.nonzero()[0])  # a valid token
+    batch.rollout_log_probs[row, column] = -torch.inf
+    got = _through_openrlhf(loss_module.PolicyLoss, "gmpo_plugins.gmpo", batch, **PASS_ONLY)
+    leaf = batch.leaf.detach().clone().requires_grad_(True)
+    info = counts(batch)
+    plain = get_loss("gmpo")(
+        LossInputs(leaf * batch.action_mask, batch.old_log_probs, batch.advantages, mask=batch.action_mask),
+        BatchInfo(info["dp_size"], info["global_batch_size"], info["batch_num_tokens"]),
+        eps_low=0.2,
+        eps_high=0.2,
+    )
+    plain.loss.backward()
+    assert bool(torch.isfinite(got[0]))
+    torch.testing.assert_close(got[0], plain.loss.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(got[1], leaf.grad, rtol=0, atol=0)

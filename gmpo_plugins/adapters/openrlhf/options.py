@@ -135,6 +135,12 @@ class LossPlan:
     hparams: Mapping[str, Any]
     is_correction: ISCorrection | None = None
 
+    @property
+    def reads_rollout_log_probs(self) -> bool:
+        """Whether the call reads ``rollout_log_probs`` (the loss, or a correction option set in
+        ``hparams``: ``LossSpec.inputs_for``); only then are OpenRLHF's passed to it."""
+        return "rollout_log_probs" in self.spec.inputs_for(self.hparams)
+
 
 def policy_loss_choices() -> list[str]:
     """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names

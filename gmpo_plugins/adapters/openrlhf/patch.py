@@ -32,7 +32,8 @@ becomes the loss's ``rollout_is_weights``: ``is_correction``). ``clip_frac`` (va
 whose clipped value was chosen) and ``ppo_kl`` (mean of old - new log-prob over valid tokens)
 mean what OpenRLHF's ``clip_ratio`` and ``ppo_kl`` mean; a plugin loss without them reports 0.
 ``rollout_log_probs`` (given when ``--algo.advantage.is_correction_level`` is on) is the loss's
-``rollout_log_probs`` (the core's correction options and the losses that read them); with
+``rollout_log_probs`` where the call reads them (the core's correction options and the losses
+that read them: ``LossPlan.reads_rollout_log_probs``), not otherwise; with
 ``is_correction.PASS_ONLY`` OpenRLHF's weights (all 1) are not passed. The loss math is the registry's; this
 module only translates.
 """
@@ -152,7 +153,7 @@ def registry_forward(
             old_log_probs=old_log_probs,
             advantages=advantages,
             mask=mask,
-            rollout_log_probs=rollout_log_probs,
+            rollout_log_probs=rollout_log_probs if plan.reads_rollout_log_probs else None,
             rollout_is_weights=weights,
         ),
         batch_info(dp_size, batch_num_tokens, global_batch_size),

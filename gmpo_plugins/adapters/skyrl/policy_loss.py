@@ -12,8 +12,8 @@ built here only translates:
 
     hyper-parameters from config fields, advantages and BatchInfo from SkyRL's scaling
     (``options``), rollout IS weights from off_policy_correction (``off_policy``),
-    ``rollout_logprobs`` as ``LossInputs.rollout_log_probs`` (refused by name when None
-    and the call reads them: ``rollout_source``),
+    ``rollout_logprobs`` as ``LossInputs.rollout_log_probs`` where the call reads them
+    (refused by name when None: ``rollout_source``),
     metrics to SkyRL's names (``metrics``)
 
 and calls the registry loss: the loss math is the registry's. It is a small picklable
@@ -80,6 +80,7 @@ class SkyRLPolicyLoss:
         reduction = config.loss_reduction
         length = max_seq_len(config, self.policy_loss_type) if reduction == "seq_mean_token_sum_norm" else None
         core_adv, batch = core_advantages(advantages, loss_mask, reduction, length)
+        reads_rollout = "rollout_log_probs" in spec.inputs_for(hparams)  # passed only then
         if rollout_logprobs is None:
             refuse_missing(spec, hparams, framework="SkyRL", setting=LOGPROBS_SETTING, error=SkyRLConfigError)
         weights, metrics = rollout_is_weights(config, old_log_probs, rollout_logprobs, loss_mask, self.policy_loss_type)
@@ -88,7 +89,7 @@ class SkyRLPolicyLoss:
             old_log_probs=old_log_probs,
             advantages=core_adv,
             mask=loss_mask,
-            rollout_log_probs=rollout_logprobs,
+            rollout_log_probs=rollout_logprobs if reads_rollout else None,
             rollout_is_weights=weights,
         )
         out = spec(inputs, batch, validate=value_checks_enabled(f"skyrl:{self.policy_loss_type}"), **hparams)

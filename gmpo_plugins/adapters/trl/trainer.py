@@ -118,6 +118,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
         _refuse_zero3(args)
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
+        self._optional_inputs = frozenset(self.loss_spec.inputs_for(self.loss_hparams))
         self._gathered_rewards: torch.Tensor | None = None
         self._proof: LossProof | None = None
         self._loss_proven = False
@@ -136,8 +137,9 @@ class RegistryGRPOTrainer(GRPOTrainer):
         return ratio.squeeze(-1) if self.vllm_importance_sampling_mode in SEQUENCE_IS_MODES else ratio
 
     def _reads(self, name: str) -> bool:
-        """Whether the loss, with its hyper-parameters, reads the optional input ``name``."""
-        return name in self.loss_spec.inputs_for(self.loss_hparams)
+        """Whether the loss, with its hyper-parameters, reads the optional input ``name`` (decided
+        once: the hyper-parameters are fixed for the run)."""
+        return name in self._optional_inputs
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         """GRPOTrainer's rewards per function (N, K), gathered from every process; kept for
