@@ -1,7 +1,8 @@
 """Test environments: one virtualenv per framework, because their pins conflict
 (verl 0.9 wants transformers < 5.11, OpenRLHF 0.11.2 pins transformers 5.15).
 
-    nox               every session (the README's test command, run by CI)
+    nox               every session, one after the other (.ci/run, the README's test command run by
+                      CI, runs them on two lanes at once)
     nox -s core       the framework-agnostic core only
     nox -s kernels    the Triton kernels and torch.compile over them, in Triton's CPU interpreter
                       (installs triton)
@@ -18,7 +19,8 @@
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
     nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's
-                      trainers side by side: the first update compared (after trl, verl, openrlhf, skyrl)
+                      trainers side by side: the first update compared (in the virtualenvs those
+                      sessions keep: `nox -s trl verl openrlhf skyrl frameworks_e2e`)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -31,7 +33,8 @@ Each session removes its virtualenv (.nox/<session>) once it passes, because nox
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
 sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing:
 verl_e2e, skyrl_e2e and openrlhf_e2e run in the virtualenv of verl, skyrl and openrlhf (which
-nox runs first: `requires`), frameworks_e2e in those of trl, verl, openrlhf and skyrl; the session
+nox runs first: `requires`), frameworks_e2e in those of trl, verl, openrlhf and skyrl (which must have
+run before it, in this nox run or an earlier one); the session
 that runs last in a virtualenv removes it (KEPT; about 8 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
@@ -103,7 +106,7 @@ def release_virtualenv(session: nox.Session) -> None:
 
 
 def kept_python(session: nox.Session, name: str) -> str:
-    """The interpreter of session ``name``'s kept virtualenv (KEPT), which ``requires`` ran first."""
+    """The interpreter of session ``name``'s kept virtualenv (KEPT), which ran before this session."""
     python = os.path.join(os.path.dirname(session.virtualenv.location), name, "bin", "python")
     if not os.path.exists(python):
         session.error(f"{python} is missing: run `nox -s {name} {session.name}`")
@@ -118,6 +121,19 @@ def activated(python: str, **env: str) -> dict[str, str]:
     return {**env, "PATH": path, "VIRTUAL_ENV": os.path.dirname(bin_dir)}
 
 
+def isolate_pytest_temp(session: nox.Session) -> None:
+    """Point pytest's temporary folders (tmp_path) of this session into its own virtualenv folder.
+
+    pytest's default root (/tmp/pytest-of-<user>) keeps only the user's last three pytest runs: a
+    session running beside another one (.ci/run's two lanes, or another checkout) would otherwise
+    have its runs' files deleted mid-test. Set in os.environ, which nox passes to every command of the
+    session, the external interpreters of the end-to-end sessions included.
+    """
+    root = os.path.join(session.virtualenv.location, "pytest-tmp")
+    os.makedirs(root, exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+
+
 def session(
     func: Callable[[nox.Session], None] | None = None, **options: object
 ) -> Callable[[nox.Session], None] | Callable[[Callable[[nox.Session], None]], Callable[[nox.Session], None]]:
@@ -126,6 +142,7 @@ def session(
     def decorate(func: Callable[[nox.Session], None]) -> Callable[[nox.Session], None]:
         @functools.wraps(func)
         def run_then_release(session: nox.Session) -> None:
+            isolate_pytest_temp(session)
             func(session)
             release_virtualenv(session)
 
@@ -220,10 +237,7 @@ def verl_e2e(session: nox.Session) -> None:
     one). Stand-ins for the GPU parts: examples/verl_cpu. Runs in the verl session's
     virtualenv (nothing installed here)."""
     python = kept_python(session, "verl")
-    # pytest's default basetemp (/tmp/pytest-of-<user>) keeps only the last three sessions of
-    # the user: on a shared machine another session can delete the runs' files mid-test
-    basetemp = os.path.join(session.virtualenv.location, "pytest-tmp")
-    argv = ["tests/verl_e2e", f"--basetemp={basetemp}", *session.posargs]
+    argv = ["tests/verl_e2e", *session.posargs]
     session.run(python, "-m", "pytest", *argv, env=activated(python), external=True)
 
 
@@ -459,11 +473,13 @@ def openrlhf_e2e(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", *argv, env=env, external=True)
 
 
-@session(requires=list(FRAMEWORK_SESSIONS.values()))
+@session
 def frameworks_e2e(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's own trainers side by side
     (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
-    (run first: `requires`): the first RL step (two optimiser steps, the clip acting), compared after
+    (run before it: `nox` runs the sessions in the order of this file; `nox -s verl openrlhf trl skyrl
+    frameworks_e2e` alone; .ci/run on its second lane): the first RL step (two optimiser steps, the
+    clip acting), compared after
     each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
     across the four under AdamW eps 1e-8 (tests/frameworks_e2e/test_four_trainers.py, about 2 minutes),
     for grpo with its dual clip acting across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage

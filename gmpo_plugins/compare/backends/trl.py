@@ -63,6 +63,7 @@ class _TrainerStandIn(TensorTrainer):
         self.args = args
         self.loss_spec = spec
         self.loss_hparams = loss_hparams
+        self._optional_inputs = frozenset(spec.inputs_for(loss_hparams))
         self.beta = args.beta
         self.use_vllm = False
         self.vllm_importance_sampling_correction = False
