@@ -26,15 +26,23 @@ from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 
 SUPPLIED: dict[str, tuple[str, ...]] = {
     "verl": (),
-    "trl": ("rewards", "entropy"),
+    "trl": ("rewards", "entropy", "group_ids"),
     "openrlhf": ("rollout_log_probs",),
     "skyrl": ("rollout_log_probs",),
 }
 """Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss
-(TRL: the per-sample total reward of its reward functions and the differentiable per-token
-entropy of its forward; on its fused-linear path the entropy is not passed, which that path
+(TRL: the per-sample total reward of its reward functions, the differentiable per-token
+entropy of its forward, and each row's group (the completions of one prompt, as TRL groups them
+for its advantages); on its fused-linear path the entropy is not passed, which that path
 refuses by name itself: ``adapters.trl.options``; OpenRLHF and SkyRL: the rollout engine's
 log-probs, with the setting of ``ROLLOUT_SETTINGS``)."""
+
+GROUP_SETTINGS: dict[str, str] = {
+    "trl": "steps_per_generation=1, per_device_train_batch_size a multiple of num_generations",
+}
+"""Framework (lower case) -> the setting under which each micro-batch holds whole groups, which a
+split-dependent loss that reads ``group_ids`` (``real``) needs (the support table names it; the
+adapter refuses other settings by name)."""
 
 ROLLOUT_SETTINGS: dict[str, str] = {
     "openrlhf": "--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip "

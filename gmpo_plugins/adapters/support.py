@@ -13,7 +13,8 @@ the setting that selects the registry's, or the reason it is refused:
 
 A loss that ``requires`` an optional input (``LossSpec.requires``) the adapter does not pass
 is refused with ``inputs.refusal``'s reason, as the adapter refuses it; one that reads the
-rollout log-probs names the framework setting that passes them (``inputs.ROLLOUT_SETTINGS``).
+rollout log-probs names the framework setting that passes them (``inputs.ROLLOUT_SETTINGS``), one
+that reads whole groups the setting that keeps them whole (``inputs.GROUP_SETTINGS``).
 
 The names follow the registration rule (``names.PREFIX``) as the frameworks installed here
 ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the table
@@ -22,7 +23,7 @@ ship them (``native``). ``python -m gmpo_plugins.adapters.support`` prints the t
 
 from __future__ import annotations
 
-from gmpo_plugins.adapters.inputs import ROLLOUT_SETTINGS, refusal
+from gmpo_plugins.adapters.inputs import GROUP_SETTINGS, ROLLOUT_SETTINGS, refusal
 from gmpo_plugins.adapters.names import PREFIX
 from gmpo_plugins.core.losses import BUILTIN_LOSSES
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN
@@ -52,6 +53,8 @@ def cell(spec: LossSpec, framework: str) -> str:
     setting = _setting(spec, framework)
     if "rollout_log_probs" in spec.requires and framework in ROLLOUT_SETTINGS and not setting.startswith("refused"):
         setting = f"{setting} with `{ROLLOUT_SETTINGS[framework]}`"
+    if "group_ids" in spec.requires and not spec.split_invariant and framework in GROUP_SETTINGS:
+        setting = f"{setting} with `{GROUP_SETTINGS[framework]}`"
     return own + setting
 
 

@@ -40,6 +40,7 @@ def _names(value: str | None, valid: list[str], option: str) -> list[str] | None
 def run(args: argparse.Namespace) -> int:
     from gmpo_plugins.compare.audit import report
     from gmpo_plugins.compare.audit.callers import FRAMEWORKS
+    from gmpo_plugins.compare.audit.corrections import run_corrections
 
     if args.merge is not None:
         if args.markdown is None:
@@ -65,12 +66,16 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--frameworks: not installed here: {', '.join(absent)}")
     frameworks = requested or installed
     cells = report.run_audit(frameworks, losses)
+    corrections = run_corrections([FRAMEWORKS[name] for name in frameworks])
     _print(cells, [name for name in FRAMEWORKS if name not in frameworks])
+    for cell in corrections:
+        print(f"correction {cell.row} / {cell.framework}: {cell.verdict}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         command = "gmpo-plugins audit" + (f" --frameworks {args.frameworks}" if args.frameworks else "")
         command += (f" --losses {args.losses}" if args.losses else "") + f" --json {args.json}"
-        args.json.write_text(json.dumps(report.document(cells, frameworks, command), indent=1) + "\n")
+        document = report.document(cells, frameworks, command, corrections)
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

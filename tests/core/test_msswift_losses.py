@@ -252,22 +252,23 @@ def test_real_nonfinite_score_gives_a_nonfinite_loss_and_gradient():
     assert out.metrics["nonfinite_tokens"].item() == 1.0
 
 
-@pytest.mark.parametrize("framework", ["verl", "TRL", "OpenRLHF", "SkyRL"])
-def test_every_adapter_refuses_real_by_name(framework):
-    """No adapter passes group ids: the one rule of ``adapters.inputs`` (``LossSpec.requires``)
-    refuses real in each, with the reason, where the adapter first translates the loss."""
+@pytest.mark.parametrize("framework", ["verl", "OpenRLHF", "SkyRL"])
+def test_the_adapters_without_groups_refuse_real_by_name(framework):
+    """verl, OpenRLHF and SkyRL pass no group ids: the one rule of ``adapters.inputs``
+    (``LossSpec.requires``) refuses real in each, with the reason, where the adapter first
+    translates the loss. TRL passes them (tests/trl/test_terms.py)."""
     reason = f"real needs group ids (the rows that share a prompt), which the {framework} adapter does not pass yet"
     assert refusal(get_loss("real"), framework) == reason
     with pytest.raises(ValueError, match=f"^gmpo_plugins: {re.escape(reason)}$"):
         refuse_unsupplied(get_loss("real"), framework)
     assert refusal(get_loss("fipo"), framework) is None
+    assert refusal(get_loss("real"), "TRL") is None
 
 
-def test_the_openrlhf_skyrl_and_trl_translations_refuse_real_first():
+def test_the_openrlhf_and_skyrl_translations_refuse_real_first():
     """Through the option modules, which import no framework (verl's is in tests/verl)."""
     from gmpo_plugins.adapters.openrlhf.options import OpenRLHFConfigError, plan_loss
     from gmpo_plugins.adapters.skyrl.options import SkyRLConfigError, resolution_from_config
-    from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_resolution
 
     from .test_hparam_sources import OPENRLHF_DEFAULTS
 
@@ -276,8 +277,6 @@ def test_the_openrlhf_skyrl_and_trl_translations_refuse_real_first():
         plan_loss("real", **OPENRLHF_DEFAULTS)
     with pytest.raises(SkyRLConfigError, match=message.format("SkyRL")):
         resolution_from_config(get_loss("real"), None, "real")
-    with pytest.raises(UnsupportedTRLOptionError, match=message.format("TRL")):
-        loss_resolution(None, get_loss("real"))
 
 
 @pytest.mark.parametrize(

@@ -45,13 +45,18 @@ def one_step(model_dir, tmp_path, tokenizer, prompts, loss: str, liger: bool, **
 
 @pytest.mark.filterwarnings(LIGER_DEPRECATED)
 @pytest.mark.parametrize(
-    ("loss", "config"),
+    ("loss", "config", "logged"),
     [
-        ("gmpo", {"epsilon": 0.4, "beta": 0.04, "use_bias_correction_kl": False, "gradient_accumulation_steps": 2}),
-        ("dapo", {"epsilon": 0.2, "epsilon_high": 0.28, "temperature": 0.8}),
+        (
+            "gmpo",
+            {"epsilon": 0.4, "beta": 0.04, "use_bias_correction_kl": False, "gradient_accumulation_steps": 2},
+            ("clip_ratio/region_mean", "seq_weight_mean"),
+        ),
+        ("dapo", {"epsilon": 0.2, "epsilon_high": 0.28, "temperature": 0.8}, ("clip_ratio/region_mean",)),
+        ("real", {}, ()),  # reads the groups TRL formed (LossInputs.group_ids) on both paths
     ],
 )
-def test_liger_switch_step_equals_unfused_step(loss, config, model_dir, tmp_path, tokenizer, prompts):
+def test_liger_switch_step_equals_unfused_step(loss, config, logged, model_dir, tmp_path, tokenizer, prompts):
     """float32: the two paths sum the lm_head products in other orders (~1e-7 relative per
     logit, ~1e-6 on a gradient entry); one SGD step at lr 1e-2 (the parameter moves by
     lr * grad, so a gradient difference shows undamped, unlike Adam's sign-like step which
@@ -60,7 +65,8 @@ def test_liger_switch_step_equals_unfused_step(loss, config, model_dir, tmp_path
     unfused = one_step(model_dir, tmp_path, tokenizer, prompts, loss, False, **config)
     for name, value in unfused["params"].items():
         torch.testing.assert_close(fused["params"][name], value, rtol=1e-6, atol=1e-7, msg=name)
-    for key in ("loss", "policy_loss", "entropy", "clip_ratio/region_mean", "seq_weight_mean"):
+    assert unfused["log"]["grad_norm"] > 1e-3  # the step moved the parameters
+    for key in ("loss", "policy_loss", "entropy", *logged):
         assert fused["log"][key] == pytest.approx(unfused["log"][key], rel=1e-4, abs=1e-6), key
 
 

@@ -1,7 +1,8 @@
 """The inputs TRL has and the loss terms read, through ``RegistryGRPOTrainer``: the per-sample
 rewards TRL computed (``topr``), the differentiable entropies of TRL's forward
-(``GRPOConfig.entropy_coef``, ``top_entropy_quantile``), and the fused-linear path's refusal of
-the entropy terms. Tiny random model, float32, one process."""
+(``GRPOConfig.entropy_coef``, ``top_entropy_quantile``), the fused-linear path's refusal of
+the entropy terms, and the groups TRL formed (``real``, with its refusal of settings that cut a
+group). Tiny random model, float32, one process."""
 
 from __future__ import annotations
 
@@ -221,3 +222,71 @@ def test_the_fused_linear_path_refuses_the_entropy_terms_by_name(tmp_path, confi
     with pytest.raises(UnsupportedTRLOptionError, match=message) as info:
         RegistryGRPOTrainer("/nonexistent/model", count_digits_reward, args, loss="gmpo")
     assert str(info.value).endswith("set use_liger_kernel=False")
+
+
+def _real_trainer(model_dir, tmp_path, tokenizer, prompts):
+    """loss="real" on grpo_config's defaults: 4 rows per process, num_generations=2, one micro-batch
+    per generation (steps_per_generation=1): every micro-batch holds whole groups."""
+    return _trainer(RegistryGRPOTrainer, model_dir, tmp_path, tokenizer, prompts, "real", loss="real")
+
+
+def _generated(trainer) -> dict:
+    trainer.model.train()
+    rows = [{"prompt": prompt} for prompt in ("1 + 1 =", "1 + 1 =", "count to 4", "count to 4")]
+    batch = trainer._generate_and_score_completions(rows)
+    noise = torch.randn(batch["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(0))
+    batch["old_per_token_logps"] = batch["old_per_token_logps"] + 0.5 * noise  # scores != 0: real's sides differ
+    return batch
+
+
+def test_real_reads_the_groups_trl_formed(model_dir, tmp_path, tokenizer, prompts):
+    """The batch carries each row's group as TRL formed it for its advantages (rows 0-1 and 2-3,
+    whose advantages TRL centred per group), and real's loss and dL/dlog_probs through the trainer
+    equal the core's with those groups (and differ from the core's with all rows in one group)."""
+    trainer = _real_trainer(model_dir, tmp_path, tokenizer, prompts)
+    batch = _generated(trainer)
+    assert batch["group_ids"].tolist() == [0, 0, 1, 1]
+    torch.testing.assert_close(batch["advantages"].view(2, 2).sum(1), torch.zeros(2), rtol=0, atol=1e-5)
+    loss, grad, captured, info, kwargs = _grad_to_log_probs(trainer, batch)
+    assert captured.group_ids is batch["group_ids"] and captured.rewards is None and captured.entropy is None
+    leaf = captured.log_probs.detach().requires_grad_(True)
+    core_inputs = LossInputs(
+        leaf, batch["old_per_token_logps"], batch["advantages"], batch["completion_mask"], group_ids=batch["group_ids"]
+    )
+    out = get_loss("real")(core_inputs, info, **kwargs)
+    (core_grad,) = torch.autograd.grad(out.loss, leaf)
+    assert abs(loss.item() - out.loss.item()) <= TOL and loss.item() != 0.0
+    torch.testing.assert_close(grad, core_grad, rtol=0, atol=TOL)
+    one_group = get_loss("real")(dataclasses.replace(core_inputs, group_ids=torch.zeros(4, dtype=torch.long)), info)
+    assert abs(one_group.loss.item() - out.loss.item()) > 1e-3
+
+
+def test_real_refuses_the_settings_that_cut_groups_before_the_model_loads(tmp_path):
+    """steps_per_generation=2 (TRL shuffles the rows of a generation over its micro-batches) and
+    2 rows per process with groups of 4: refused at construction, each setting named."""
+    args = grpo_config(tmp_path, per_device_train_batch_size=2, num_generations=4, gradient_accumulation_steps=2)
+    assert args.steps_per_generation == 2
+    with pytest.raises(UnsupportedTRLOptionError) as info:
+        RegistryGRPOTrainer("/nonexistent/model", count_digits_reward, args, loss="real")
+    message = str(info.value)
+    assert "steps_per_generation=2: loss 'real' compares the completions of a prompt with each other" in message
+    assert "set steps_per_generation=1" in message
+    assert "per_device_train_batch_size=2" in message and "num_generations=4" in message
+
+
+def test_real_refuses_a_micro_batch_with_part_of_a_group(model_dir, tmp_path, tokenizer, prompts):
+    """A micro-batch that holds 1 of a group's 2 completions (as an evaluation batch of an odd
+    size would): the loss call raises naming the batch-size setting, instead of a silently
+    different loss."""
+    trainer = _real_trainer(model_dir, tmp_path, tokenizer, prompts)
+    batch = _generated(trainer)
+    cut = {
+        key: value[:3] if torch.is_tensor(value) and value.dim() and value.size(0) == 4 else value
+        for key, value in batch.items()
+    }
+    with pytest.raises(
+        UnsupportedTRLOptionError,
+        match=r"holds 1 of a group's 2 completions: set "
+        r"per_device_train_batch_size to a multiple of num_generations=2",
+    ):
+        _grad_to_log_probs(trainer, cut)

@@ -139,7 +139,7 @@ def field_for(spec: LossSpec, hparam: str, value: Any) -> tuple[str, Any] | None
 
 
 FUSED_PATH = "TRL's fused-linear path (use_liger_kernel=True)"
-FUSED_SUPPLIED = ("rewards",)
+FUSED_SUPPLIED = ("rewards", "group_ids")
 """The optional inputs the fused-linear path passes: not the entropy, which it computes
 without gradient (``core.fused_linear``)."""
 
@@ -193,6 +193,32 @@ def refusals(args: Any, spec: LossSpec) -> list[str]:
             )
     if args.epsilon_high is not None and "eps_high" not in spec.defaults:
         found.append(f"epsilon_high={args.epsilon_high}: loss {name!r} has no clip range; set epsilon_high=None")
+    found.extend(_group_refusals(args, spec))
+    return found
+
+
+WHOLE_GROUPS = "compares the completions of a prompt with each other, so each micro-batch must hold whole groups"
+
+
+def _group_refusals(args: Any, spec: LossSpec) -> list[str]:
+    """Messages for the settings under which TRL hands a split-dependent loss that reads groups
+    (``real``) a micro-batch with part of a group: TRL shuffles a generation batch across its
+    ``steps_per_generation`` micro-batches, and gives each process a contiguous slice of
+    ``per_device_train_batch_size * steps_per_generation`` rows of the grouped batch."""
+    if "group_ids" not in spec.requires or spec.split_invariant:
+        return []
+    found = []
+    if args.steps_per_generation != 1:
+        found.append(
+            f"steps_per_generation={args.steps_per_generation}: loss {spec.name!r} {WHOLE_GROUPS}, and TRL "
+            "shuffles a generation batch across its steps_per_generation micro-batches; set steps_per_generation=1"
+        )
+    if args.per_device_train_batch_size % args.num_generations:
+        found.append(
+            f"per_device_train_batch_size={args.per_device_train_batch_size}: loss {spec.name!r} {WHOLE_GROUPS}, "
+            f"and a process's rows then cut a group of num_generations={args.num_generations}; make it a multiple "
+            "of num_generations"
+        )
     return found
 
 

@@ -6,8 +6,9 @@ the model forward path is TRL's; generation, rewards, advantages, reference mode
 logging and checkpointing are inherited unchanged, except that when the loss reads rewards
 (``LossSpec.inputs_for``: ``topr``, ``nll_coef``) ``_calculate_rewards`` keeps the rewards
 TRL gathered and ``_generate_and_score_completions`` adds this process's totals to the batch
-it returns as ``"rewards"`` (B,), which TRL's own shuffle and split then carry with the other
-per-sample tensors. Per micro-batch:
+it returns as ``"rewards"`` (B,), and when it reads groups (``real``) each row's group as
+``"group_ids"`` (B,); TRL's own shuffle and split then carry them with the other per-sample
+tensors. Per micro-batch:
 
     mask         = completion_mask (* tool_mask)                       (B, T)
     log_probs    = TRL's per-token log-probs of the completion         (B, T)
@@ -22,6 +23,9 @@ per-sample tensors. Per micro-batch:
     rewards      = inputs["rewards"] (B,): sum_k w_k r_k over TRL's reward functions with
                    its reward_weights (NaN skipped, as TRL's nansum: 0 for a completion no
                    function scored, whose advantage TRL sets to 0), when the loss reads them
+    group_ids    = inputs["group_ids"] (B,): the row's prompt group (its global row // G, as TRL
+                   groups the rows for its advantages), when the loss reads them (``real``, which
+                   gets whole groups only: TRL's settings that cut a group are refused)
     loss         = get_loss(name)(LossInputs(...), trl_batch_info(...), **hparams).loss
                    (+ router_aux_loss_coef * aux_loss / G for MoE models, as GRPOTrainer)
 
@@ -63,7 +67,7 @@ from trl.trainer.utils import get_config_model_id
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metrics
 from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
-from gmpo_plugins.adapters.trl.options import UnsupportedTRLOptionError, loss_hparams_from_args
+from gmpo_plugins.adapters.trl.options import WHOLE_GROUPS, UnsupportedTRLOptionError, loss_hparams_from_args
 from gmpo_plugins.adapters.trl.proof import LossProof
 from gmpo_plugins.adapters.upstream import warn_if_untested
 from gmpo_plugins.core.fused_linear import FusedLinearOutput, fused_linear_loss
@@ -151,15 +155,44 @@ class RegistryGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """GRPOTrainer's batch, with ``"rewards"`` (B,) when the loss reads rewards: this
-        process's rows of sum_k w_k r_k (NaN skipped, as TRL's own total)."""
+        process's rows of sum_k w_k r_k (NaN skipped, as TRL's own total); and ``"group_ids"``
+        (B,) when it reads groups: global row // G, the groups of G consecutive completions
+        over the processes' rows in order in which TRL normalises the advantages (G =
+        num_generations, num_generations_eval in evaluation)."""
         output = super()._generate_and_score_completions(inputs)
+        rows = output["advantages"].size(0)
+        start = self.accelerator.process_index * rows
         gathered, self._gathered_rewards = self._gathered_rewards, None
         if gathered is not None:
-            rows = output["advantages"].size(0)
-            start = self.accelerator.process_index * rows
             weights = self.reward_weights.to(gathered.device)
             output["rewards"] = (gathered * weights.unsqueeze(0)).nansum(dim=1)[start : start + rows]
+        if self._reads("group_ids"):
+            rows_index = torch.arange(start, start + rows, device=output["advantages"].device)
+            output["group_ids"] = rows_index // self._group_size()
         return output
+
+    def _group_size(self) -> int:
+        """G: the completions TRL generates per prompt in the current mode."""
+        return self.num_generations if self.model.training else self.num_generations_eval
+
+    def _group_ids(self, inputs: Mapping[str, Any]) -> torch.Tensor | None:
+        """The micro-batch's ``"group_ids"`` when the loss reads them, else None. A split-dependent
+        loss (``real``) gets whole groups only: UnsupportedTRLOptionError otherwise (the settings
+        that cut groups in training are refused before the model loads: ``options``)."""
+        if not self._reads("group_ids"):
+            return None
+        groups = inputs["group_ids"]
+        if not self.loss_spec.split_invariant:
+            size = self._group_size()
+            counts = torch.unique(groups, return_counts=True)[1]
+            if bool((counts != size).any()):
+                mode, field = ("train", "num_generations") if self.model.training else ("eval", "num_generations_eval")
+                raise UnsupportedTRLOptionError(
+                    f"gmpo_plugins: loss {self.loss_spec.name!r} {WHOLE_GROUPS}; this {mode} micro-batch holds "
+                    f"{int(counts.min())} of a group's {size} completions: set per_device_{mode}_batch_size to a "
+                    f"multiple of {field}={size}"
+                )
+        return groups
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """GRPOTrainer's training step; the first one also proves, before its backward pass, that
@@ -232,6 +265,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
                     rollout_is_weights=self._rollout_is_weights(inputs),
                     rewards=inputs["rewards"] if self._reads("rewards") else None,
                     entropy=entropies if self._reads("entropy") else None,
+                    group_ids=self._group_ids(inputs),
                 ),
                 batch,
                 validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
@@ -305,6 +339,7 @@ class RegistryGRPOTrainer(GRPOTrainer):
             ref_log_probs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
             rollout_is_weights=self._rollout_is_weights(inputs),
             rewards=inputs["rewards"] if self._reads("rewards") else None,
+            group_ids=self._group_ids(inputs),
             temperature=self.temperature,
             validate=value_checks_enabled(f"trl:{self.loss_spec.name}"),
             **self.loss_hparams,

@@ -1,7 +1,8 @@
 """The audit's cells as a table, as JSON, and merged from several environments into the docs page.
 
 JSON (``--json``): ``{"command": ..., "frameworks": {name: {distribution: version}},
-"cells": [Cell.as_dict(), ...]}``, the cells of the frameworks installed where it ran.
+"cells": [Cell.as_dict(), ...], "corrections": [CorrectionCell.as_dict(), ...]}``, the cells of
+the frameworks installed where it ran.
 ``merge`` joins such files (one per framework environment); ``markdown`` renders the page.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from gmpo_plugins.compare.audit.callers import FRAMEWORKS
 from gmpo_plugins.compare.audit.conventions import CONVENTIONS
+from gmpo_plugins.compare.audit.corrections import CorrectionCell
 from gmpo_plugins.compare.audit.defects import DEFECTS
 from gmpo_plugins.compare.audit.translations import VARIANTS
 from gmpo_plugins.compare.audit.verdict import TOLERANCE, Cell, audit_cell
@@ -40,12 +42,18 @@ def run_audit(frameworks: Sequence[str], losses: Sequence[str]) -> list[Cell]:
     return cells
 
 
-def document(cells: Iterable[Cell], frameworks: Sequence[str], command: str = COMMAND) -> dict[str, Any]:
-    """The JSON document of ``cells`` (module docstring)."""
+def document(
+    cells: Iterable[Cell],
+    frameworks: Sequence[str],
+    command: str = COMMAND,
+    corrections: Iterable[CorrectionCell] = (),
+) -> dict[str, Any]:
+    """The JSON document of ``cells`` and ``corrections`` (module docstring)."""
     return {
         "command": command,
         "frameworks": {name: FRAMEWORKS[name].versions() for name in frameworks},
         "cells": [cell.as_dict() for cell in cells],
+        "corrections": [cell.as_dict() for cell in corrections],
     }
 
 
@@ -67,7 +75,7 @@ def merge(paths: Iterable[Path]) -> dict[str, Any]:
     for _, data in documents:
         for name, versions in data["frameworks"].items():
             releases.setdefault(name, set()).add(_release(name, versions))
-    merged: dict[str, Any] = {"commands": [], "frameworks": {}, "cells": []}
+    merged: dict[str, Any] = {"commands": [], "frameworks": {}, "cells": [], "corrections": []}
     seen: set[tuple[str, str]] = set()
     for path, data in documents:
         merged["commands"].append(data["command"])
@@ -83,6 +91,8 @@ def merge(paths: Iterable[Path]) -> dict[str, Any]:
                 raise ValueError(f"{path}: the cell {key[0]} / {key[1]} is also in an earlier file")
             seen.add(key)
             merged["cells"].append(cell)
+        for cell in data.get("corrections", []):
+            merged["corrections"].append({**cell, "framework": labels.get(cell["framework"], cell["framework"])})
     return merged
 
 
@@ -158,6 +168,44 @@ def release_changes(
     return ["", "## Between releases", *lines] if lines else []
 
 
+def correction_section(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's section on rollout corrections (``audit.corrections``); no lines without cells."""
+    if not cells:
+        return []
+    frameworks = sorted({cell["framework"] for cell in cells}, key=_column_order)
+    rows = list(dict.fromkeys(cell["row"] for cell in cells))
+    by_key = {(cell["row"], cell["framework"]): cell for cell in cells}
+    lines = [
+        "",
+        "## Rollout corrections",
+        "",
+        "Each framework's own rollout-correction code against the registry's correction options on the same",
+        "batches with rollout log-probs (`gmpo_plugins.compare.audit.corrections`): per valid token, the factor on",
+        "its loss term (IS weight, 0 where masked or rejected) and whether it stays in the token count.",
+        "Frameworks without a column here are not audited for corrections yet.",
+        "",
+        "| correction | registry options | " + " | ".join(frameworks) + " |",
+        "|---|---|" + "---|" * len(frameworks),
+    ]
+    for row in rows:
+        options = next(cell["options"] for cell in cells if cell["row"] == row)
+        verdicts = []
+        for name in frameworks:
+            cell = by_key.get((row, name))
+            if cell is None:
+                verdicts.append("-")
+            elif cell["verdict"] == "differs":
+                verdicts.append(f"differs (factor {cell['d_factor']:.3g}, {cell['count_differs']} tokens counted)")
+            else:
+                verdicts.append(cell["verdict"])
+        lines.append(f"| {row} | `{options}` | " + " | ".join(verdicts) + " |")
+    lines += ["", "| correction | framework | its setting | tokens acted on |", "|---|---|---|---|"]
+    for cell in cells:
+        if cell["setting"]:
+            lines.append(f"| {cell['row']} | {cell['framework']} | `{cell['setting']}` | {cell['acted']:.0%} |")
+    return lines
+
+
 def markdown(merged: Mapping[str, Any]) -> str:
     """The docs page (docs/audit.md) of a merged document."""
     losses, frameworks, by_key = matrix(merged["cells"])
@@ -224,6 +272,7 @@ def markdown(merged: Mapping[str, Any]) -> str:
         row = [(by_key.get((loss, name)) or {}).get("overflow_probe") or "-" for name in frameworks]
         if any(value != "-" for value in row):
             lines.append(f"| {loss} | " + " | ".join(row) + " |")
+    lines += correction_section(merged.get("corrections", []))
     lines += [
         "",
         "## The setting in each framework",

@@ -71,6 +71,7 @@ class _TrainerStandIn(TensorTrainer):
         self._proof = None  # no training step: nothing to prove (RegistryGRPOTrainer.training_step)
         self._rollout_is_weights = types.MethodType(RegistryGRPOTrainer._rollout_is_weights, self)
         self._reads = types.MethodType(RegistryGRPOTrainer._reads, self)
+        self._group_ids = types.MethodType(RegistryGRPOTrainer._group_ids, self)  # None: no loss here reads groups
 
 
 class TrlBackend:

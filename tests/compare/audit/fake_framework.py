@@ -28,3 +28,17 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
     )
     loss = get_loss(loss_name)(inputs, info, **hparams).loss
     return (loss * part.micro if reference.call == "scaled" else loss), {}
+
+
+def correction(
+    settings: Mapping[str, Any], old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The registry's own correction with ``settings["options"]``, its factor times
+    ``settings["skew"]`` (a framework whose weights differ) and, with ``settings["count_all"]``,
+    every valid token counted (a framework whose rejection leaves the count unchanged)."""
+    from gmpo_plugins.compare.audit.corrections import registry_correction
+
+    factor, counted, _ = registry_correction(settings["options"], old_log_probs, rollout_log_probs, mask)
+    if settings.get("count_all"):
+        counted = mask.bool()
+    return factor * settings.get("skew", 1.0), counted

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gmpo_plugins.compare.audit import report, translations
+from gmpo_plugins.compare.audit.batches import audit_cases
 from gmpo_plugins.compare.audit.callers import FRAMEWORKS, Caller
 from gmpo_plugins.compare.audit.translations import CannotExpress, Reference
 from gmpo_plugins.compare.audit.verdict import audit_cell
@@ -118,3 +119,56 @@ def test_uncommitted_loss_is_accepted_only_where_it_is_not_shipped(fake, monkeyp
 
     assert len(changes) == 1 and changes[0].startswith("dapo / fake: committed None, now {'verdict': 'split-dependent'")
     assert "'not shipped'" in NEW_LOSSES
+
+
+@pytest.fixture
+def fake_corrections(monkeypatch):
+    from gmpo_plugins.compare.audit import corrections
+
+    rows = corrections.CORRECTION_ROWS
+    table = {
+        "token TIS 2": {"options": rows["token TIS 2"]},
+        "sequence mask [0.2, 5]": {"options": rows["sequence mask [0.2, 5]"], "skew": 1.001},
+        "reject token_k2 0.5": {"options": rows["reject token_k2 0.5"], "count_all": True},
+    }
+    monkeypatch.setitem(corrections.CORRECTION_TRANSLATIONS, "fake", table)
+    return FAKE
+
+
+def test_correction_verdicts(fake_corrections):
+    """The registry's own correction is identical and acts on some tokens; a factor 0.1% off, or
+    rejected tokens left in the count, differ by exactly that; a row without a translation is not
+    audited."""
+    from gmpo_plugins.compare.audit.corrections import correction_cell
+
+    same = correction_cell(fake_corrections, "token TIS 2")
+    assert same.verdict == "identical" and same.d_factor == 0.0 and same.count_differs == 0
+    assert 0.05 < same.acted < 0.95
+    skewed = correction_cell(fake_corrections, "sequence mask [0.2, 5]")
+    assert skewed.verdict == "differs" and skewed.count_differs == 0
+    assert skewed.d_factor == pytest.approx(1e-3, rel=1e-6)  # factors <= 1 here: relative to 1
+    counted = correction_cell(fake_corrections, "reject token_k2 0.5")
+    assert counted.verdict == "differs" and counted.d_factor == 0.0
+    assert counted.count_differs == round(counted.acted * sum(int(c.mask.sum()) for c in audit_cases()))
+    assert correction_cell(fake_corrections, "reject seq_max_k3 6.5").verdict == "not audited"
+
+
+def test_correction_cells_reach_the_json_and_the_page(fake_corrections, tmp_path):
+    from gmpo_plugins.compare.audit.corrections import run_corrections
+
+    cells = run_corrections([fake_corrections])
+    path = tmp_path / "fake.json"
+    path.write_text(json.dumps(report.document([], ["verl"], "cmd", cells)))
+    merged = report.merge([path])
+    assert [cell["row"] for cell in merged["corrections"]][:3] == [
+        "token TIS 2",
+        "sequence TIS 2",
+        "token mask [0.5, 2]",
+    ]
+    page = report.markdown(merged)
+    assert "## Rollout corrections" in page
+    assert "| token TIS 2 | `rollout_is=token, rollout_is_threshold=2.0` | identical |" in page
+    assert (
+        "| reject token_k2 0.5 | `rollout_rs=token_k2, rollout_rs_threshold=0.5, rollout_mask_count=drop` | differs"
+        in page
+    )

@@ -2,6 +2,9 @@
 micro-batch's loss through the framework's own call site and config object, scaled as the
 framework's trainer scales it before ``backward``, and returns (loss, metrics under core names).
 
+A module may also define ``correction(settings, old_log_probs, rollout_log_probs, mask)``: the
+framework's own rollout correction (``audit.corrections``).
+
 ``FRAMEWORKS`` lists them (name -> module, the package that must import, the distributions
 whose versions label the cells).
 """

@@ -6,6 +6,9 @@ advantages laid out per token (B, T) as verl's GRPO advantage estimator gives th
 verl's engine calls ``backward`` on each micro-batch's loss unscaled (the global counts do
 the normalisation); FSDP averages the ranks' gradients. Metrics: ``actor/pg_clipfrac`` ->
 ``clip_frac`` (verl counts clipped tokens on both sides), ``actor/ppo_kl`` -> ``ppo_kl``.
+
+Rollout corrections (``audit.corrections``): ``correction`` runs verl's
+``rollout_corr_helper.compute_rollout_correction_and_rejection_mask``.
 """
 
 from __future__ import annotations
@@ -66,3 +69,20 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
         rollout_is_weights=None,
     )
     return loss, {METRICS[key]: float(value) for key, value in metrics.items() if key in METRICS}
+
+
+def correction(
+    settings: Mapping[str, Any], old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, counted) (B, T) of verl's own rollout correction (``audit.corrections``):
+    ``compute_rollout_correction_and_rejection_mask``, what verl's trainer runs in decoupled mode
+    (``compute_rollout_correction_and_add_to_batch``: IS weights to the loss, rejections out of
+    the response mask), with ``settings`` the fields of ``algorithm.rollout_correction``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    response_mask = mask.to(old_log_probs.dtype)
+    weights, new_mask, _ = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old_log_probs, rollout_log_prob=rollout_log_probs, response_mask=response_mask, **settings
+    )
+    factor = new_mask if weights is None else weights.batch["rollout_is_weights"] * new_mask
+    return factor, new_mask > 0
