@@ -68,3 +68,26 @@ def assert_cells_unchanged(session: str, cells: str | None = None) -> None:
         + ";\n"
         + REGENERATE.format(session=session, cells=cells)
     )
+
+
+def assert_corrections_identical(framework: str, session: str, cells: str | None = None) -> None:
+    """The framework's own rollout correction against the registry's options (``audit.corrections``):
+    every row it has a setting for is identical and acts on 5% to 95% of the valid tokens (so that
+    it holds something), the others are "not shipped", and the verdicts are those committed in
+    docs/audit/<cells>.json."""
+    from gmpo_plugins.compare.audit.corrections import CORRECTION_ROWS, CORRECTION_TRANSLATIONS, run_corrections
+
+    live = run_corrections([FRAMEWORKS[framework]])
+    assert [cell.row for cell in live] == list(CORRECTION_ROWS)
+    translated = CORRECTION_TRANSLATIONS[framework]
+    for cell in live:
+        if cell.row in translated:
+            assert cell.verdict == "identical", cell
+            assert cell.acted is not None and 0.05 < cell.acted < 0.95, cell
+        else:
+            assert cell.verdict == "not shipped", cell
+    cells = session if cells is None else cells
+    committed = json.loads((ROOT / "docs" / "audit" / f"{cells}.json").read_text())["corrections"]
+    assert {cell["row"]: cell["verdict"] for cell in committed} == {cell.row: cell.verdict for cell in live}, (
+        REGENERATE.format(session=session, cells=cells)
+    )

@@ -1,5 +1,5 @@
-"""``gmpo-plugins audit`` in the skyrl environment: the live verdicts of SkyRL's own losses
-against the committed cells of the installed release."""
+"""``gmpo-plugins audit`` in the skyrl environment: the live verdicts of SkyRL's own losses and
+rollout corrections against the committed cells of the installed release."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from gmpo_plugins.adapters.skyrl.releases import installed
 
-from ..audit_cells import assert_cells_unchanged
+from ..audit_cells import assert_cells_unchanged, assert_corrections_identical
 
 SESSIONS = {"0.3": ("skyrl", "skyrl"), "0.4": ("skyrl04", "skyrl-0.4")}
 """SkyRL release -> (the nox session that tests it, its cells docs/audit/<cells>.json)."""
@@ -18,6 +18,11 @@ SESSIONS = {"0.3": ("skyrl", "skyrl"), "0.4": ("skyrl04", "skyrl-0.4")}
 
 def test_verdicts_match_committed_cells():
     assert_cells_unchanged(*SESSIONS[installed().minor])
+
+
+def test_skyrls_rollout_corrections_equal_the_registrys():
+    """SkyRL's own off-policy correction (``compute_off_policy_correction``)."""
+    assert_corrections_identical("skyrl", *SESSIONS[installed().minor])
 
 
 def test_section_settings_reach_skyrls_nested_configs():

@@ -4,17 +4,14 @@ rollout corrections against docs/audit/verl.json, and the smallest reproducer of
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
 
-from gmpo_plugins.compare.audit.callers import FRAMEWORKS
 from gmpo_plugins.compare.audit.callers.verl import actor_config
-from gmpo_plugins.compare.audit.corrections import CORRECTION_ROWS, run_corrections
 
-from ..audit_cells import ROOT, assert_cells_unchanged
+from ..audit_cells import assert_cells_unchanged, assert_corrections_identical
 
 
 def test_verdicts_match_committed_cells():
@@ -22,17 +19,8 @@ def test_verdicts_match_committed_cells():
 
 
 def test_verls_rollout_corrections_equal_the_registrys():
-    """verl's own rollout correction (``compute_rollout_correction_and_rejection_mask``) against
-    the registry's options, every row of ``audit.corrections``: identical factors and counts on
-    the audit's batches, each row acting on 5% to 95% of the valid tokens (so that it holds
-    something), and the verdicts committed in docs/audit/verl.json."""
-    cells = run_corrections([FRAMEWORKS["verl"]])
-    assert [cell.row for cell in cells] == list(CORRECTION_ROWS)
-    for cell in cells:
-        assert cell.verdict == "identical", cell
-        assert cell.acted is not None and 0.05 < cell.acted < 0.95, cell
-    committed = json.loads((ROOT / "docs" / "audit" / "verl.json").read_text())["corrections"]
-    assert {cell["row"]: cell["verdict"] for cell in committed} == {cell.row: cell.verdict for cell in cells}
+    """verl's own rollout correction (``compute_rollout_correction_and_rejection_mask``)."""
+    assert_corrections_identical("verl", "verl")
 
 
 def test_upstream_geo_mean_scales_with_micro_batches():

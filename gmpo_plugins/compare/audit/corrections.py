@@ -3,9 +3,9 @@
 
 A row is one setting, written once as the registry's correction options (``CORRECTION_ROWS``);
 ``CORRECTION_TRANSLATIONS[framework][row]`` is the same setting in the framework's own config
-(a row without an entry is not audited there). A framework's caller module takes part by
-defining ``correction(settings, old_log_probs, rollout_log_probs, mask)``, which runs the
-framework's own correction code and returns, per token (B, T):
+(a row without an entry is "not shipped": the framework has no setting for it). A framework's
+caller module takes part by defining ``correction(settings, old_log_probs, rollout_log_probs,
+mask)``, which runs the framework's own correction code and returns, per token (B, T):
 
     factor   what multiplies the token's term of the loss: the IS weight (1 without one) where
              the token is kept, 0 where a mask or a rejection removed it
@@ -55,10 +55,11 @@ _BAND = {"rollout_is_mode": "mask", "rollout_is_threshold": 2.0, "rollout_is_thr
 _SEQ_BAND = {"rollout_is_mode": "mask", "rollout_is_threshold": 5.0, "rollout_is_threshold_low": 0.2}
 
 
-def _reject(option: str, threshold: float, low: float | None = None) -> dict[str, Any]:
-    """A rejection row: the token or row leaves the mask (``rollout_mask_count="drop"``, as the
-    frameworks that edit the response mask)."""
-    found: dict[str, Any] = {"rollout_rs": option, "rollout_rs_threshold": threshold, "rollout_mask_count": "drop"}
+def _reject(option: str, threshold: float, low: float | None = None, count: str = "drop") -> dict[str, Any]:
+    """A rejection row: by default the token or row leaves the mask (``rollout_mask_count="drop"``,
+    as verl, which edits the response mask); ``count="keep"``: it stays in the count with weight
+    0 (as SkyRL, whose advantage pre-scaling fixed the count before its masks act)."""
+    found: dict[str, Any] = {"rollout_rs": option, "rollout_rs_threshold": threshold, "rollout_mask_count": count}
     return found if low is None else found | {"rollout_rs_threshold_low": low}
 
 
@@ -79,6 +80,10 @@ CORRECTION_ROWS: dict[str, dict[str, Any]] = {
     "reject seq_max_k2 3.2": _reject("seq_max_k2", 3.2),
     "reject seq_max_k3 6.5": _reject("seq_max_k3", 6.5),
     "token TIS 2, reject seq_mean_k3 0.7": _TIS | _reject("seq_mean_k3", 0.7),
+    "reject token_k1 [0.5, 2], counted": _reject("token_k1", 2.0, 0.5, "keep"),
+    "reject seq_mean_k1 [0.8, 1.25], counted": _reject("seq_mean_k1", 1.25, 0.8, "keep"),
+    "reject seq_sum_k1 [0.2, 5], counted": _reject("seq_sum_k1", 5.0, 0.2, "keep"),
+    "token TIS 2, reject seq_mean_k1 [0.8, 1.25], counted": _TIS | _reject("seq_mean_k1", 1.25, 0.8, "keep"),
 }
 """Row -> the registry's correction options (``core.correction.CORRECTION_DEFAULTS`` for the rest)."""
 
@@ -94,6 +99,8 @@ def _verl(
         fields |= {"rollout_rs": rs, "rollout_rs_threshold": rs_threshold}
     return fields | more
 
+
+_SKYRL_GEOMETRIC = {"sequence_mask_metric": "geometric", "geo_mask_low": 0.8, "geo_mask_high": 1.25}
 
 CORRECTION_TRANSLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "verl": {
@@ -114,9 +121,43 @@ CORRECTION_TRANSLATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "reject seq_max_k3 6.5": _verl(None, rs="seq_max_k3", rs_threshold=6.5),
         "token TIS 2, reject seq_mean_k3 0.7": _verl("token", 2.0, rs="seq_mean_k3", rs_threshold=0.7),
     },
+    "skyrl": {
+        "token TIS 2": {"tis_ratio_type": "token", "token_tis_ratio_clip_high": 2.0},
+        "sequence TIS 2": {"tis_ratio_type": "sequence", "sequence_tis_ratio_clip_high": 2.0},
+        # the band's mask with the TIS cap at its top: the kept weights are never capped
+        "token mask [0.5, 2]": {
+            "tis_ratio_type": "token",
+            "token_tis_ratio_clip_high": 2.0,
+            "token_mask_is_threshold_low": 0.5,
+            "token_mask_is_threshold_high": 2.0,
+        },
+        "sequence mask [0.2, 5]": {
+            "tis_ratio_type": "sequence",
+            "sequence_tis_ratio_clip_high": 5.0,
+            "sequence_mask_metric": "product",
+            "product_mask_low": 0.2,
+            "product_mask_high": 5.0,
+        },
+        "reject token_k1 [0.5, 2], counted": {"token_mask_is_threshold_low": 0.5, "token_mask_is_threshold_high": 2.0},
+        "reject seq_mean_k1 [0.8, 1.25], counted": _SKYRL_GEOMETRIC,
+        "reject seq_sum_k1 [0.2, 5], counted": {
+            "sequence_mask_metric": "product",
+            "product_mask_low": 0.2,
+            "product_mask_high": 5.0,
+        },
+        "token TIS 2, reject seq_mean_k1 [0.8, 1.25], counted": {
+            "tis_ratio_type": "token",
+            "token_tis_ratio_clip_high": 2.0,
+            **_SKYRL_GEOMETRIC,
+        },
+    },
 }
 """Framework -> row -> the framework's own settings of that row (verl: the fields of
-``algorithm.rollout_correction`` that ``compute_rollout_correction_and_rejection_mask`` reads)."""
+``algorithm.rollout_correction`` that ``compute_rollout_correction_and_rejection_mask`` reads;
+SkyRL: the fields of ``trainer.algorithm.off_policy_correction``). SkyRL's masks keep a token
+whose ratio exp(d) lies in [lo, hi]; the registry's k1 rejection keeps -d within
+[log lo', log hi'], so SkyRL's band [lo, hi] is the registry's [1 / hi, 1 / lo]: the rows use
+bands symmetric in log space, where the two spellings coincide."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +212,7 @@ def correction_cell(caller: Caller, row: str, module: ModuleType | None = None) 
     settings = CORRECTION_TRANSLATIONS.get(caller.name, {}).get(row)
     spelled = ", ".join(f"{key}={value}" for key, value in options.items())
     if settings is None:
-        return CorrectionCell(row, caller.name, "not audited", spelled, "")
+        return CorrectionCell(row, caller.name, "not shipped", spelled, "")
     module = module if module is not None else caller.load()
     worst, differs, acted, valid = 0.0, 0, 0.0, 0
     for index, case in enumerate(audit_cases()):

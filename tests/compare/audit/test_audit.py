@@ -138,7 +138,7 @@ def fake_corrections(monkeypatch):
 def test_correction_verdicts(fake_corrections):
     """The registry's own correction is identical and acts on some tokens; a factor 0.1% off, or
     rejected tokens left in the count, differ by exactly that; a row without a translation is not
-    audited."""
+    shipped."""
     from gmpo_plugins.compare.audit.corrections import correction_cell
 
     same = correction_cell(fake_corrections, "token TIS 2")
@@ -150,7 +150,7 @@ def test_correction_verdicts(fake_corrections):
     counted = correction_cell(fake_corrections, "reject token_k2 0.5")
     assert counted.verdict == "differs" and counted.d_factor == 0.0
     assert counted.count_differs == round(counted.acted * sum(int(c.mask.sum()) for c in audit_cases()))
-    assert correction_cell(fake_corrections, "reject seq_max_k3 6.5").verdict == "not audited"
+    assert correction_cell(fake_corrections, "reject seq_max_k3 6.5").verdict == "not shipped"
 
 
 def test_correction_cells_reach_the_json_and_the_page(fake_corrections, tmp_path):

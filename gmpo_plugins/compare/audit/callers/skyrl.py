@@ -8,6 +8,9 @@ each worker calls the loss on its micro-batch rows (a masked sum) and back-propa
 times ``dp_size`` (``_forward_backward_micro``); DDP averages the ranks' gradients.
 Metrics: ``clip_ratio`` -> ``clip_frac``. SkyRL takes exp of the log ratio in float32
 (``safe_exp_delta``), so its float64 results agree with the registry to about 2e-7.
+
+Rollout corrections (``audit.corrections``): ``correction`` runs SkyRL's
+``compute_off_policy_correction``, as its policy losses call it (``apply_off_policy_correction``).
 """
 
 from __future__ import annotations
@@ -60,3 +63,23 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
         rollout_logprobs=None,
     )
     return loss * part.ranks, {METRICS[key]: float(value) for key, value in metrics.items() if key in METRICS}
+
+
+def correction(
+    settings: Mapping[str, Any], old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, counted) (B, T) of SkyRL's own off-policy correction (``audit.corrections``):
+    ``compute_off_policy_correction`` with ``settings`` the fields of
+    ``trainer.algorithm.off_policy_correction``; the loss is multiplied by its TIS ratio and
+    reduced over the loss mask it returns. The count is the rollout's mask: SkyRL's trainer
+    normalised the advantages by it before the loss (``apply_loss_reduction_to_advantages_minibatch``),
+    so a masked token stays counted with weight 0."""
+    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import compute_off_policy_correction
+    from skyrl.train.config import OffPolicyCorrectionConfig
+
+    loss_mask = mask.to(old_log_probs.dtype)
+    ratio, _, new_mask = compute_off_policy_correction(
+        old_log_probs, rollout_log_probs, loss_mask, OffPolicyCorrectionConfig(**settings)
+    )
+    factor = new_mask if ratio is None else ratio * new_mask
+    return factor, mask.bool()
