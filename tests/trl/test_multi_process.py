@@ -6,6 +6,7 @@ inside the prepared model's forward, so the data-parallel wrapper does its work.
             ranks train on different completions, and after the step their parameters are
             equal, and equal to the unfused path's. A hidden-state forward outside the DDP
             wrapper leaves each rank with its own gradient, so the ranks' parameters differ.
+            The same step with real checks the group ids each process's loss gets.
     FSDP2   accelerate selects FSDP only for GPU-like devices, so torch's own ``fully_shard``
             (each decoder layer, then the root, which owns the embedding and the lm_head) wraps
             the trainer's model on a CPU mesh, and the trainer's ``_compute_loss`` runs on each
@@ -39,6 +40,7 @@ LOSSES = ("gmpo", "grpo")
 CONFIG = {
     "gmpo": {"epsilon": 0.4, "beta": 0.04, "use_bias_correction_kl": False},
     "grpo": {"epsilon": 0.2, "beta": 0.0},
+    "real": {},
 }
 
 
@@ -69,9 +71,20 @@ def _ddp_step(model_dir: str, out_dir: str, loss: str, liger: bool) -> dict:
         return count_digits_reward(completions)
 
     trainer = _trainer(model_dir, out_dir, loss, liger, digits, max_steps=1, optim="sgd")
+    groups: list[tuple[torch.Tensor, torch.Tensor]] = []
+    group_ids = trainer._group_ids
+
+    def recorded(inputs):
+        found = group_ids(inputs)
+        if found is not None:
+            groups.append((found.clone(), inputs["advantages"].detach().clone()))
+        return found
+
+    trainer._group_ids = recorded
     trainer.train()
     assert isinstance(trainer.model_wrapped, DistributedDataParallel)
-    return {"params": {n: p.detach().clone() for n, p in trainer.model.named_parameters()}, "completions": seen}
+    params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    return {"params": params, "completions": seen, "groups": groups}
 
 
 def _fsdp_grads(model_dir: str, out_dir: str, loss: str, rank: int) -> dict:
@@ -117,7 +130,7 @@ def _worker(rank: int, model_dir: str, out_dir: str) -> None:
         timeout=datetime.timedelta(seconds=60),
     )
     results: dict = {}
-    scenarios = [("ddp", loss, liger) for loss in LOSSES for liger in (True, False)]
+    scenarios = [("ddp", loss, liger) for loss in (*LOSSES, "real") for liger in (True, False)]
     scenarios += [("fsdp", loss, True) for loss in LOSSES]
     for kind, loss, liger in scenarios:
         run_dir = os.path.join(out_dir, f"{kind}-{loss}-{liger}-rank{rank}")
@@ -163,6 +176,23 @@ def test_ddp_step_keeps_the_ranks_equal_and_equals_the_unfused_step(loss, ranks)
         torch.testing.assert_close(fused[0]["params"][name], value, rtol=1e-6, atol=1e-7, msg=name)
         moved = max(moved, (value - fused[0]["params"][name]).abs().max().item())
     print(f"{loss}: fused vs unfused parameters after one DDP step differ by at most {moved:.2e}")
+
+
+@pytest.mark.parametrize("liger", [True, False])
+def test_real_gets_each_processs_own_groups(liger, ranks):
+    """real (which reads ``group_ids``) under DDP, 4 completions per process (2 prompts x
+    num_generations 2): rank r's loss gets the whole groups 2r and 2r + 1, the groups TRL formed
+    over the gathered batch (its advantages, normalised per group across the processes, sum to
+    0 within each), and the ranks' parameters stay equal."""
+    outcomes = _outcome(ranks, "ddp", "real", liger)
+    for rank, outcome in enumerate(outcomes):
+        assert outcome["groups"], f"rank {rank}: the loss got no group ids"
+        for groups, advantages in outcome["groups"]:
+            assert sorted(groups.tolist()) == [2 * rank, 2 * rank, 2 * rank + 1, 2 * rank + 1]
+            for group in groups.unique():
+                assert abs(advantages[groups == group].sum().item()) < 1e-5
+    for name, value in outcomes[0]["params"].items():
+        assert torch.equal(value, outcomes[1]["params"][name]), f"ranks differ: {name}"
 
 
 @pytest.mark.parametrize("loss", LOSSES)
