@@ -9,6 +9,8 @@
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s verl_e2e   verl 0.9.1's default v1 trainer on CPU with our losses (examples/verl_cpu)
+    nox -s verl_e2e_launch  verl launched as users launch it: bad settings, the GPU script's overrides,
+                      `gmpo-plugins frameworks` on the example spec
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
@@ -18,9 +20,11 @@
     nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
-    nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's
-                      trainers side by side: the first update compared (in the virtualenvs those
-                      sessions keep: `nox -s trl verl openrlhf skyrl frameworks_e2e`)
+    nox -s openrlhf_e2e_invariance  the same loop: one step per split, the same update
+    nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's trainers
+                      side by side: the first update compared (in the virtualenvs those sessions
+                      keep: `nox -s trl verl openrlhf skyrl frameworks_e2e frameworks_e2e_four`)
+    nox -s frameworks_e2e_four  the same through the four trainers (SkyRL's too)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
     nox -s lint       ruff check (incl. Google docstrings), ruff format --check, mypy, mkdocs build --strict
@@ -31,10 +35,10 @@ machines; an unpinned torch would pull a multi-GB CUDA build.
 
 Each session removes its virtualenv (.nox/<session>) once it passes, because nox would
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
-sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing:
-verl_e2e, skyrl_e2e and openrlhf_e2e run in the virtualenv of verl, skyrl and openrlhf (which
-nox runs first: `requires`), frameworks_e2e in those of trl, verl, openrlhf and skyrl (which must have
-run before it, in this nox run or an earlier one); the session
+sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing and
+are split so that each stays under 10 minutes: verl_e2e*, skyrl_e2e and openrlhf_e2e* run in the
+virtualenv of verl, skyrl and openrlhf (which nox runs first: `requires`), frameworks_e2e* in those of
+trl, verl, openrlhf and skyrl (which must have run before them, in this nox run or an earlier one); the session
 that runs last in a virtualenv removes it (KEPT; about 8 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
@@ -75,12 +79,12 @@ os.environ.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
 WARNINGS_REPORTED = ("-W", "default")
 
 
-# the virtualenvs whose trainers frameworks_e2e runs side by side (framework -> session): their
-# sessions keep them, frameworks_e2e removes them once it passes
+# the virtualenvs whose trainers frameworks_e2e and frameworks_e2e_four run side by side (framework ->
+# session): their sessions keep them, frameworks_e2e_four (the last to run in them) removes them once it passes
 FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl", "skyrl": "skyrl"}
-# sessions whose virtualenv a later session runs in (session -> the session that removes it: frameworks_e2e
-# runs after verl_e2e, skyrl_e2e and openrlhf_e2e)
-KEPT = {venv: "frameworks_e2e" for venv in FRAMEWORK_SESSIONS.values()}
+# sessions whose virtualenv a later session runs in (session -> the session that removes it:
+# frameworks_e2e_four runs after every other end-to-end session)
+KEPT = {venv: "frameworks_e2e_four" for venv in FRAMEWORK_SESSIONS.values()}
 
 
 def releasing(session: nox.Session) -> bool:
@@ -227,18 +231,34 @@ def verl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "audit", "--json", "docs/audit/verl.json")
 
 
+VERL_E2E = "tests/verl_e2e"
+VERL_E2E_TRAINER = ("test_trainer.py", "test_rollout_correction.py")  # the tests of the planned trainer runs
+
+
+def run_verl_e2e(session: nox.Session, *argv: str) -> None:
+    """pytest ``argv`` in the verl session's virtualenv (nothing installed)."""
+    python = kept_python(session, "verl")
+    session.run(python, "-m", "pytest", *argv, *session.posargs, env=activated(python), external=True)
+
+
 @session(requires=["verl"])
 def verl_e2e(session: nox.Session) -> None:
     """verl's default v1 trainer on CPU (PPOTrainerSync.fit with TransferQueue, engine workers,
-    FSDP2 on gloo) with loss_mode=gmpo and others: 2 steps, invariance over micro-batches and
-    ranks, gspo/dapo steps, rollout correction (decoupled, bypass), one run of the deprecated
-    legacy trainer, bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on the example
-    spec (TRL's side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share
-    one). Stand-ins for the GPU parts: examples/verl_cpu. Runs in the verl session's
-    virtualenv (nothing installed here)."""
-    python = kept_python(session, "verl")
-    argv = ["tests/verl_e2e", *session.posargs]
-    session.run(python, "-m", "pytest", *argv, env=activated(python), external=True)
+    FSDP2 on gloo) with loss_mode=gmpo and others, the runs planned in tests/verl_e2e/conftest.py
+    done in one driver: 2 steps, invariance over micro-batches and ranks, gspo/dapo steps, rollout
+    correction (decoupled, bypass), one run of the deprecated legacy trainer. Stand-ins for the GPU
+    parts: examples/verl_cpu. Runs in the verl session's virtualenv (nothing installed here)."""
+    run_verl_e2e(session, *(os.path.join(VERL_E2E, name) for name in VERL_E2E_TRAINER), "--durations=0")
+
+
+@session(requires=["verl"])
+def verl_e2e_launch(session: nox.Session) -> None:
+    """verl launched as users launch it, on CPU: bad settings refused with a message, the GPU
+    script's overrides against verl's config, `gmpo-plugins frameworks` on the example spec (TRL's
+    side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share one). Runs in the
+    verl session's virtualenv."""
+    ignored = [arg for name in VERL_E2E_TRAINER for arg in ("--ignore", os.path.join(VERL_E2E, name))]
+    run_verl_e2e(session, VERL_E2E, *ignored, "--durations=0")
 
 
 # openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build
@@ -453,43 +473,72 @@ def skyrl_e2e(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", *argv, env=activated(python, PYTHONPATH=shims), external=True)
 
 
-@session(requires=["openrlhf"])
-def openrlhf_e2e(session: nox.Session) -> None:
-    """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
-    loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
-    engine): a 2-step run, fp32 invariance over micro-batches and 2 actor ranks against 1, ZeRO 3,
-    bad input, the GPU example's arguments, `gmpo-plugins frameworks` on the example spec.
+OPENRLHF_E2E = "tests/openrlhf/e2e"
+OPENRLHF_E2E_INVARIANCE = os.path.join(OPENRLHF_E2E, "test_invariance.py")
 
-    Runs in the openrlhf session's virtualenv. DeepSpeed's CPU ops (fused_adam, shm comm) are
-    JIT-built once into it before the tests (reused by `nox -r`), so the runs do not build them.
-    examples/openrlhf_cpu (standins, shims) stands in for CUDA and vLLM in the processes the
-    tests start (see their docstrings).
-    """
+
+def run_openrlhf_e2e(session: nox.Session, *argv: str) -> None:
+    """pytest ``argv`` in the openrlhf session's virtualenv. DeepSpeed's CPU ops (fused_adam, shm
+    comm) are JIT-built once into it first (then reused), so that the runs do not build them."""
     python = kept_python(session, "openrlhf")
     extensions = os.path.join(os.path.dirname(os.path.dirname(python)), "torch_extensions")
     env = activated(python, PYTHONPATH=OPENRLHF_SHIMS, TORCHDYNAMO_DISABLE="1", TORCH_EXTENSIONS_DIR=extensions)
     session.run(python, "-c", DEEPSPEED_CPU_OPS, env=env, external=True)
-    argv = ["tests/openrlhf/e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs]
+    argv = [*argv, "--durations=0", *WARNINGS_REPORTED, *session.posargs]
     session.run(python, "-m", "pytest", *argv, env=env, external=True)
+
+
+@session(requires=["openrlhf"])
+def openrlhf_e2e(session: nox.Session) -> None:
+    """`gmpo-openrlhf ... --actor.policy_loss_type gmpo` through OpenRLHF's real train_ppo_ray
+    loop on CPU (Ray, PolicyModelActor under DeepSpeed on gloo, weight sync to the rollout
+    engine): a 2-step run, hidden rollout log-probs, bad input, the GPU example's arguments,
+    `gmpo-plugins frameworks` on the example spec.
+
+    Runs in the openrlhf session's virtualenv. examples/openrlhf_cpu (standins, shims) stands in
+    for CUDA and vLLM in the processes the tests start (see their docstrings).
+    """
+    run_openrlhf_e2e(session, OPENRLHF_E2E, "--ignore", OPENRLHF_E2E_INVARIANCE)
+
+
+@session(requires=["openrlhf"])
+def openrlhf_e2e_invariance(session: nox.Session) -> None:
+    """OpenRLHF's real train_ppo_ray loop on CPU, one fp32 step per split: the same update over
+    micro-batches and 2 actor ranks against 1, both loss_agg_modes, ZeRO 3 against ZeRO 2, sapo's
+    splits. Runs in the openrlhf session's virtualenv, as openrlhf_e2e."""
+    run_openrlhf_e2e(session, OPENRLHF_E2E_INVARIANCE)
+
+
+FRAMEWORKS_E2E = "tests/frameworks_e2e"
+
+
+def run_frameworks_e2e(session: nox.Session, *argv: str) -> None:
+    """pytest ``argv`` with TRL's interpreter, each framework's interpreter named for
+    `gmpo-plugins frameworks` (GMPO_PLUGINS_PYTHON_<FRAMEWORK>): the virtualenvs of the verl,
+    openrlhf, trl and skyrl sessions, run before it (`nox` runs the sessions in the order of this
+    file; `nox -s verl openrlhf trl skyrl frameworks_e2e` alone; .ci/run on its second lane)."""
+    pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
+    env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
+    session.run(pythons["trl"], "-m", "pytest", *argv, "--durations=0", *session.posargs, env=env, external=True)
 
 
 @session
 def frameworks_e2e(session: nox.Session) -> None:
-    """`gmpo-plugins frameworks` through verl's, OpenRLHF's, TRL's and SkyRL's own trainers side by side
-    (the CPU stand-ins of examples/), from the virtualenvs of the verl, openrlhf, trl and skyrl sessions
-    (run before it: `nox` runs the sessions in the order of this file; `nox -s verl openrlhf trl skyrl
-    frameworks_e2e` alone; .ci/run on its second lane): the first RL step (two optimiser steps, the
-    clip acting), compared after
-    each optimiser step: identical for gmpo across verl, OpenRLHF and TRL under the large-eps AdamW and
-    across the four under AdamW eps 1e-8 (tests/frameworks_e2e/test_four_trainers.py, about 2 minutes),
-    for grpo with its dual clip acting across all four under AdamW eps 1e-8 (test_grpo.py), TRL's advantage
-    epsilon and the mini-batch order named, a clip bound and grpo's dual clip flipped in one framework
-    named by their clip fractions.
-    Nothing is installed here; the four virtualenvs are removed once it passes."""
-    pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
-    env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
-    argv = ["tests/frameworks_e2e", "--durations=0", *session.posargs]
-    session.run(pythons["trl"], "-m", "pytest", *argv, env=env, external=True)
+    """`gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's own trainers side by side (the
+    CPU stand-ins of examples/): the first RL step (two optimiser steps, the clip acting), compared
+    after each optimiser step, identical for gmpo across verl, OpenRLHF and TRL under the large-eps
+    AdamW; TRL's advantage epsilon and the mini-batch order named, a clip bound and grpo's dual clip
+    flipped in one framework named by their clip fractions (tests/frameworks_e2e/test_first_update.py).
+    Nothing is installed here."""
+    run_frameworks_e2e(session, os.path.join(FRAMEWORKS_E2E, "test_first_update.py"))
+
+
+@session
+def frameworks_e2e_four(session: nox.Session) -> None:
+    """`gmpo-plugins frameworks` through the four trainers (verl, OpenRLHF, TRL, SkyRL) under AdamW
+    eps 1e-8: the first RL step identical for gmpo, and for grpo with its dual clip acting. Nothing is
+    installed here; the four virtualenvs are removed once it passes (KEPT)."""
+    run_frameworks_e2e(session, FRAMEWORKS_E2E, "--ignore", os.path.join(FRAMEWORKS_E2E, "test_first_update.py"))
 
 
 @session

@@ -10,7 +10,7 @@ each of the first RL step's two optimiser steps, for every pair.
 SkyRL 0.3 imports on Python >= 3.12 only; on 3.11 its processes need ``tests/skyrl/shims`` (a
 ``typing.TypedDict`` stand-in) first on PYTHONPATH, set here for the runs this test starts.
 
-Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
+Run by ``nox -s frameworks_e2e_four`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
 virtualenvs.
 """
 

@@ -14,7 +14,7 @@ logs). Every pair of the four is compared with the sign-like comparison of
 ``gmpo_plugins.frameworks.first_update``; grpo's token clip (ratio space, [0.8, 1.2]) and the dual
 clip act in the second optimiser step, the same way in the four logs.
 
-Run by ``nox -s frameworks_e2e`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
+Run by ``nox -s frameworks_e2e_four`` with ``GMPO_PLUGINS_PYTHON_{VERL,OPENRLHF,TRL,SKYRL}`` naming the
 virtualenvs (SkyRL's processes need ``tests/skyrl/shims`` on PYTHONPATH, set here).
 """
 

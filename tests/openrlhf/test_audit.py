@@ -1,6 +1,6 @@
 """``gmpo-plugins audit`` in the openrlhf environment: the live verdicts of OpenRLHF's own
-losses against docs/audit/openrlhf.json, and the smallest reproducer of its gspo's missing
-overflow guard."""
+losses and of its rollout correction against docs/audit/openrlhf.json, and the smallest reproducer
+of its gspo's missing overflow guard."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from gmpo_plugins import BatchInfo, LossInputs, get_loss
 
-from ..audit_cells import assert_cells_unchanged
+from ..audit_cells import assert_cells_unchanged, assert_corrections_identical
 
 
 def test_verdicts_match_committed_cells():
@@ -33,3 +33,8 @@ def test_upstream_gspo_no_overflow_guard_float32():
 
     assert math.isinf(float(theirs.detach()))
     assert float(ours.loss.detach()) == float(torch.tensor(20.0).exp())
+
+
+def test_openrlhfs_rollout_correction_equals_the_registrys():
+    """OpenRLHF's own train/rollout IS correction (``PolicyLoss`` with ``is_correction_*``, gating ratio)."""
+    assert_corrections_identical("openrlhf", "openrlhf")

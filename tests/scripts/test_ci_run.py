@@ -33,9 +33,13 @@ sys.exit(1 if failing & set(sessions) else 0)
 """
 
 
+def noxfile() -> ast.Module:
+    return ast.parse((ROOT / "noxfile.py").read_text())
+
+
 def nox_sessions() -> set[str]:
     """The functions of noxfile.py decorated by ``@session`` or ``@session(...)``."""
-    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    tree = noxfile()
     names = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -58,22 +62,45 @@ def lanes() -> dict[str, list[str]]:
     return plan
 
 
+def kept_virtualenvs() -> dict[str, set[str]]:
+    """Session -> the sessions whose virtualenv it runs in, read from noxfile.py: the names given to
+    ``kept_python`` in its body or in the ``run_*`` helper it calls, and FRAMEWORK_SESSIONS for
+    ``kept_python(session, venv)`` over that table."""
+    functions = {node.name: node for node in noxfile().body if isinstance(node, ast.FunctionDef)}
+
+    def kept(function: ast.FunctionDef) -> set[str]:
+        names: set[str] = set()
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id == "kept_python":
+                venv = node.args[1]
+                names |= {venv.value} if isinstance(venv, ast.Constant) else {"verl", "openrlhf", "trl", "skyrl"}
+            elif node.func.id.startswith("run_") and node.func.id in functions:
+                names |= kept(functions[node.func.id])
+        return names
+
+    return {name: kept(functions[name]) for name in nox_sessions() if kept(functions[name])}
+
+
 def test_the_lanes_hold_every_session_once():
     plan = lanes()
     listed = [name for sessions in plan.values() for name in sessions]
     assert sorted(listed) == sorted(nox_sessions())
-    assert len(listed) == len(set(listed)) == 15
+    assert len(listed) == len(set(listed)) == 18
 
 
-def test_each_end_to_end_session_follows_the_session_whose_virtualenv_it_runs_in():
+def test_each_end_to_end_session_follows_the_sessions_whose_virtualenvs_it_runs_in():
     plan = lanes()
-    for lane in plan.values():
-        for e2e, venv in (("verl_e2e", "verl"), ("openrlhf_e2e", "openrlhf"), ("skyrl_e2e", "skyrl")):
-            if e2e in lane:
-                assert venv in lane and lane.index(venv) < lane.index(e2e)
-    lane2 = plan["lane 2"]
-    assert lane2.index("frameworks_e2e") > max(lane2.index(name) for name in ("trl", "openrlhf", "skyrl"))
-    assert "verl" in plan["lane 1"]  # frameworks_e2e also waits for lane 1's verl sessions (next test)
+    kept = kept_virtualenvs()
+    assert set(kept) == {name for name in nox_sessions() if "_e2e" in name}
+    for session, venvs in kept.items():
+        lane = next(lane for lane in plan.values() if session in lane)
+        for venv in venvs:
+            if venv in lane:
+                assert lane.index(venv) < lane.index(session)
+            else:  # lane 1's verl: frameworks_e2e* wait for lane 1's first sessions (next test)
+                assert venv in plan["lane 1"][: plan["lane 1"].index("verl_e2e_launch") + 1], (session, venv)
 
 
 def run_ci(tmp_path: pathlib.Path, fail: str = "") -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -92,8 +119,9 @@ def run_ci(tmp_path: pathlib.Path, fail: str = "") -> tuple[subprocess.Completed
 def test_frameworks_e2e_starts_after_lane_1s_verl_sessions_end(tmp_path):
     result, calls = run_ci(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert calls.index("end verl verl_e2e") < calls.index("start frameworks_e2e lint")
-    assert calls.index("end trl openrlhf skyrl openrlhf_e2e skyrl_e2e") < calls.index("start frameworks_e2e lint")
+    then = "start frameworks_e2e frameworks_e2e_four lint"
+    assert calls.index("end verl verl_e2e verl_e2e_launch") < calls.index(then)
+    assert calls.index("end trl openrlhf skyrl openrlhf_e2e openrlhf_e2e_invariance skyrl_e2e") < calls.index(then)
     assert "nox ran core kernels skyrl04 compare_tests dist compare" in result.stdout  # lane 1's log printed
 
 
@@ -102,4 +130,4 @@ def test_a_failed_session_on_either_lane_fails_the_run(tmp_path, failing):
     result, calls = run_ci(tmp_path, fail=failing)
     assert result.returncode != 0
     assert len(calls) == 8  # every session still ran
-    assert "nox ran verl verl_e2e" in result.stdout
+    assert "nox ran verl verl_e2e verl_e2e_launch" in result.stdout

@@ -84,6 +84,8 @@ CORRECTION_ROWS: dict[str, dict[str, Any]] = {
     "reject seq_mean_k1 [0.8, 1.25], counted": _reject("seq_mean_k1", 1.25, 0.8, "keep"),
     "reject seq_sum_k1 [0.2, 5], counted": _reject("seq_sum_k1", 5.0, 0.2, "keep"),
     "token TIS 2, reject seq_mean_k1 [0.8, 1.25], counted": _TIS | _reject("seq_mean_k1", 1.25, 0.8, "keep"),
+    "token IS uncapped, reject seq_mean_k1 [0.8, 1.25], counted": {"rollout_is": "token", "rollout_is_threshold": 1e9}
+    | _reject("seq_mean_k1", 1.25, 0.8, "keep"),
 }
 """Row -> the registry's correction options (``core.correction.CORRECTION_DEFAULTS`` for the rest)."""
 
@@ -98,6 +100,16 @@ def _verl(
     if rs is not None:
         fields |= {"rollout_rs": rs, "rollout_rs_threshold": rs_threshold}
     return fields | more
+
+
+def _openrlhf(level: str, mode: str, low: float, high: float) -> dict[str, Any]:
+    """OpenRLHF's ``--algo.advantage.is_correction_*`` fields of one row (gating ``ratio``)."""
+    return {
+        "is_correction_level": level,
+        "is_correction_mode": mode,
+        "is_correction_gating": "ratio",
+        "is_correction_threshold": (low, high),
+    }
 
 
 _SKYRL_GEOMETRIC = {"sequence_mask_metric": "geometric", "geo_mask_low": 0.8, "geo_mask_high": 1.25}
@@ -120,6 +132,11 @@ CORRECTION_TRANSLATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "reject seq_max_k2 3.2": _verl(None, rs="seq_max_k2", rs_threshold=3.2),
         "reject seq_max_k3 6.5": _verl(None, rs="seq_max_k3", rs_threshold=6.5),
         "token TIS 2, reject seq_mean_k3 0.7": _verl("token", 2.0, rs="seq_mean_k3", rs_threshold=0.7),
+    },
+    "openrlhf": {
+        "token TIS 2": _openrlhf("token", "clip", 0.0, 2.0),
+        "token mask [0.5, 2]": _openrlhf("token", "mask", 0.5, 2.0),
+        "token IS uncapped, reject seq_mean_k1 [0.8, 1.25], counted": _openrlhf("seq", "mask", 0.8, 1.25),
     },
     "skyrl": {
         "token TIS 2": {"tis_ratio_type": "token", "token_tis_ratio_clip_high": 2.0},
@@ -150,14 +167,23 @@ CORRECTION_TRANSLATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "token_tis_ratio_clip_high": 2.0,
             **_SKYRL_GEOMETRIC,
         },
+        "token IS uncapped, reject seq_mean_k1 [0.8, 1.25], counted": {
+            "tis_ratio_type": "token",
+            "token_tis_ratio_clip_high": 1e9,
+            **_SKYRL_GEOMETRIC,
+        },
     },
 }
 """Framework -> row -> the framework's own settings of that row (verl: the fields of
 ``algorithm.rollout_correction`` that ``compute_rollout_correction_and_rejection_mask`` reads;
-SkyRL: the fields of ``trainer.algorithm.off_policy_correction``). SkyRL's masks keep a token
-whose ratio exp(d) lies in [lo, hi]; the registry's k1 rejection keeps -d within
-[log lo', log hi'], so SkyRL's band [lo, hi] is the registry's [1 / hi, 1 / lo]: the rows use
-bands symmetric in log space, where the two spellings coincide."""
+OpenRLHF: the ``is_correction_*`` fields of its ``PolicyLoss``, gating ``ratio`` (its ``binary_kl``
+and ``tv`` gates have no registry option: the adapter passes them as precomputed weights); SkyRL:
+the fields of ``trainer.algorithm.off_policy_correction``). SkyRL's masks and OpenRLHF's sequence
+band keep a token whose ratio exp(d) (the row's geometric mean) lies in [lo, hi]; the registry's
+k1 rejection keeps -d within [log lo', log hi'], so their band [lo, hi] is the registry's
+[1 / hi, 1 / lo]: the rows use bands symmetric in log space, where the two spellings coincide.
+The registry's ``rollout_is_threshold=1e9`` stands for OpenRLHF's and SkyRL's uncapped token
+ratio (the registry's log weight is bounded at 20 anyway)."""
 
 
 @dataclass(frozen=True)

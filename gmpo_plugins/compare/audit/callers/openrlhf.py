@@ -39,3 +39,30 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
         global_batch_size=torch.tensor(part.nonempty_rows / gas, dtype=torch.float32),
     )
     return loss / gas, {"clip_frac": float(clip_ratio), "ppo_kl": float(ppo_kl)}
+
+
+def correction(
+    settings: Mapping[str, Any], old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, counted) (B, T) of OpenRLHF's own train/rollout IS correction (``audit.corrections``):
+    ``PolicyLoss(policy_loss_type="ppo", **settings)`` with ``settings`` its ``is_correction_*``
+    fields, called at ratio 1 (``log_probs = old_log_probs``) with unit advantages, so each
+    token's loss is ``-coef_t``: its factor is read from the gradient of the token-mean loss with
+    respect to the advantages, ``coef_t = -N dL/dA_t`` (N the valid tokens). The count is the
+    action mask: OpenRLHF multiplies the loss by 0 and never edits the mask."""
+    from openrlhf.models.loss import PolicyLoss
+
+    module = PolicyLoss(policy_loss_type="ppo", **settings)
+    action_mask = mask.to(torch.long)
+    advantages = action_mask.to(old_log_probs.dtype).requires_grad_(True)
+    tokens = action_mask.sum().to(old_log_probs.dtype)
+    loss = module(
+        old_log_probs,
+        old_log_probs,
+        advantages,
+        action_mask=action_mask,
+        rollout_log_probs=rollout_log_probs,
+        batch_num_tokens=tokens,
+    )[0]
+    (gradient,) = torch.autograd.grad(loss, advantages)
+    return -gradient * tokens, mask.bool()
