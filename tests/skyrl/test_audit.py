@@ -100,13 +100,14 @@ def test_upstream_clip_cov_bounds_see_scaled_advantages():
 
 
 @pytest.mark.parametrize(
-    ("call", "fields"), [("clip_cov", {"eps_clip_low": 0.2, "eps_clip_high": 0.2}), ("kl_cov", {})]
+    ("call", "fields"),
+    [("clip_cov", {"eps_clip_low": 0.2, "eps_clip_high": 0.2}), ("kl_cov", {}), ("importance_sampling", {})],
 )
-def test_upstream_covariance_losses_no_overflow_guard_float32(call, fields):
+def test_upstream_losses_without_overflow_guard_float32(call, fields):
     """One float32 token, log ratio 89 (> ln(float32 max) = 88.72), A = -1 (one token: the
-    token_mean scaling leaves it -1): SkyRL's clip_cov and kl_cov take exp of the log ratio as it
-    is (its regular, cispo, sapo and dppo clamp at 20 first), exp(89) = inf, the loss inf. Fails
-    once SkyRL guards."""
+    token_mean scaling leaves it -1): SkyRL's clip_cov, kl_cov and importance_sampling take exp of
+    the log ratio as it is (its regular, cispo, sapo, dppo and rollout_is clamp at 20 first),
+    exp(89) = inf, the loss inf; the registry's bound keeps it e^20. Fails once SkyRL guards."""
     log_probs, old = torch.tensor([[-0.5]]), torch.tensor([[-89.5]])
 
     theirs = _skyrl_loss(call, fields, log_probs, old, -torch.ones(1), torch.ones(1, 1))

@@ -337,6 +337,15 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
             ),
             ("no_overflow_guard", "random_candidates", "prescaled_advantages"),
         ),
+        "rollout_is": Reference(
+            "rollout_is",
+            _fields(_SKYRL, loss_reduction="token_mean"),
+            note="SkyRL's rollout_is takes its ratio against the rollout log-probs (the audit passes the old "
+            "log-probs as those); in the registry: rollout_is with rollout_bypass=True and the rollout log-probs",
+        ),
+        "importance_sampling": Reference(
+            "importance_sampling", {"loss_reduction": "token_mean"}, ("no_overflow_guard",)
+        ),
         "kl_cov": Reference(
             "kl_cov",
             {"loss_reduction": "token_mean"}

@@ -6,8 +6,11 @@ SkyRL's trainer scales the advantages of the whole mini-batch (all ranks) with
 rows per micro-batch, ``max_seq_len`` from the config), advantages laid out per token (B, T);
 each worker calls the loss on its micro-batch rows (a masked sum) and back-propagates it
 times ``dp_size`` (``_forward_backward_micro``); DDP averages the ranks' gradients.
-Metrics: ``clip_ratio`` -> ``clip_frac``. SkyRL takes exp of the log ratio in float32
-(``safe_exp_delta``), so its float64 results agree with the registry to about 2e-7.
+The rollout log-probs are the old log-probs (one behaviour policy: SkyRL's off-policy
+correction is off, and its ``rollout_is``, whose ratio is against the rollout log-probs, is
+then the registry's ``rollout_is`` against the old ones). Metrics: ``clip_ratio`` -> ``clip_frac``.
+SkyRL takes exp of the log ratio in float32 (``safe_exp_delta``), so its float64 results agree
+with the registry to about 2e-7.
 
 Rollout corrections (``audit.corrections``): ``correction`` runs SkyRL's
 ``compute_off_policy_correction``, as its policy losses call it (``apply_off_policy_correction``).
@@ -60,7 +63,7 @@ def micro_loss(reference: Reference, settings: Mapping[str, Any], part: Part) ->
         part.take(scaled),
         config=config,
         loss_mask=part.take(mask),
-        rollout_logprobs=None,
+        rollout_logprobs=part.take(part.case.old_log_probs),
     )
     return loss * part.ranks, {METRICS[key]: float(value) for key, value in metrics.items() if key in METRICS}
 
