@@ -7,17 +7,18 @@
     nox -s kernels    the Triton kernels and torch.compile over them, in Triton's CPU interpreter
                       (installs triton)
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
+    nox -s trl114     the same tests against trl 1.14.2 (the earlier call site the adapter serves)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s verl_e2e   verl 0.9.1's default v1 trainer on CPU with our losses (examples/verl_cpu)
-    nox -s verl_e2e_launch  verl launched as users launch it: bad settings, the GPU script's overrides,
-                      `gmpo-plugins frameworks` on the example spec
+    nox -s verl_e2e_launch  gspo and dapo steps, the legacy trainer, bad settings, the GPU script's
+                      overrides, `gmpo-plugins frameworks` on the example spec
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
                       registry actor, on CPU)
     nox -s skyrl04    the SkyRL adapter against skyrl 0.4.0 (the same tests; installed in two steps, as
                       it declares Python >= 3.12)
-    nox -s skyrl_e2e  SkyRL 0.3.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
+    nox -s skyrl_e2e  SkyRL 0.4.0's RayPPOTrainer.train() on CPU with our losses (examples/skyrl_cpu)
     nox -s openrlhf_e2e  gmpo-openrlhf through OpenRLHF's real train_ppo_ray loop on CPU (Ray,
                       DeepSpeed, weight sync)
     nox -s openrlhf_e2e_invariance  the same loop: one step per split, the same update
@@ -83,8 +84,8 @@ WARNINGS_REPORTED = ("-W", "default")
 # session): their sessions keep them, frameworks_e2e_four (the last to run in them) removes them once it passes
 FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl", "skyrl": "skyrl"}
 # sessions whose virtualenv a later session runs in (session -> the session that removes it:
-# frameworks_e2e_four runs after every other end-to-end session)
-KEPT = {venv: "frameworks_e2e_four" for venv in FRAMEWORK_SESSIONS.values()}
+# frameworks_e2e_four runs after every other end-to-end session; skyrl_e2e runs in skyrl04's)
+KEPT = {venv: "frameworks_e2e_four" for venv in FRAMEWORK_SESSIONS.values()} | {"skyrl04": "skyrl_e2e"}
 
 
 def releasing(session: nox.Session) -> bool:
@@ -216,6 +217,26 @@ def trl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "audit", "--json", "docs/audit/trl.json")
 
 
+# trl 1.14.2: the call site before 1.15 (use_liger_kernel=True runs the loss through TRL's
+# _forward_redirection; the log-probs from full logits or TRL's chunked path), the oldest the adapter
+# serves (1.13 and older route use_liger_kernel=True around the trainer's _compute_loss); 1.14.0 and
+# 1.14.1 have the same call site, but 1.14.0 does not import without requests, which it does not declare
+TRL_EARLIER = "trl==1.14.2"
+
+
+@session
+def trl114(session: nox.Session) -> None:
+    """TRL adapter against trl 1.14.2 at call-site level: the tests of the trl session, `gmpo-plugins
+    parity` and `gmpo-plugins audit` of TRL's own losses (cells to docs/audit/trl-1.14.json; Liger-Kernel's are
+    audited in the trl session, at the same release); no end-to-end session."""
+    session.install(TORCH)
+    session.install("-c", torch_constraint(session), "-e", ".[test]", TRL_EARLIER, "liger-kernel==0.8.5")
+    session.run("pytest", "tests/trl", *session.posargs)
+    session.run("gmpo-plugins", "doctor")
+    session.run("gmpo-plugins", "parity")
+    session.run("gmpo-plugins", "audit", "--frameworks", "trl", "--json", "docs/audit/trl-1.14.json")
+
+
 @session
 def verl(session: nox.Session) -> None:
     """verl adapter: entry-point registration (also in a Ray worker), config translation,
@@ -232,7 +253,7 @@ def verl(session: nox.Session) -> None:
 
 
 VERL_E2E = "tests/verl_e2e"
-VERL_E2E_TRAINER = ("test_trainer.py", "test_rollout_correction.py")  # the tests of the planned trainer runs
+VERL_E2E_TRAINER = ("test_trainer.py", "test_rollout_correction.py")  # gmpo's runs: invariance, correction
 
 
 def run_verl_e2e(session: nox.Session, *argv: str) -> None:
@@ -244,19 +265,20 @@ def run_verl_e2e(session: nox.Session, *argv: str) -> None:
 @session(requires=["verl"])
 def verl_e2e(session: nox.Session) -> None:
     """verl's default v1 trainer on CPU (PPOTrainerSync.fit with TransferQueue, engine workers,
-    FSDP2 on gloo) with loss_mode=gmpo and others, the runs planned in tests/verl_e2e/conftest.py
-    done in one driver: 2 steps, invariance over micro-batches and ranks, gspo/dapo steps, rollout
-    correction (decoupled, bypass), one run of the deprecated legacy trainer. Stand-ins for the GPU
-    parts: examples/verl_cpu. Runs in the verl session's virtualenv (nothing installed here)."""
+    FSDP2 on gloo) with loss_mode=gmpo, the runs its tests read (tests/verl_e2e/conftest.py) done in
+    one driver: 2 steps, invariance over micro-batches and ranks (and a split-dependent loss that
+    fails it), rollout correction (decoupled, bypass). Stand-ins for the GPU parts:
+    examples/verl_cpu. Runs in the verl session's virtualenv (nothing installed here)."""
     run_verl_e2e(session, *(os.path.join(VERL_E2E, name) for name in VERL_E2E_TRAINER), "--durations=0")
 
 
 @session(requires=["verl"])
 def verl_e2e_launch(session: nox.Session) -> None:
-    """verl launched as users launch it, on CPU: bad settings refused with a message, the GPU
-    script's overrides against verl's config, `gmpo-plugins frameworks` on the example spec (TRL's
-    side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share one). Runs in the
-    verl session's virtualenv."""
+    """verl's trainer with other losses and as users launch it, on CPU: a gspo and a dapo step, one
+    run of the deprecated legacy trainer (decoupled rollout correction), bad settings refused with
+    a message, the GPU script's overrides against verl's config, `gmpo-plugins frameworks` on the
+    example spec (TRL's side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share
+    one). Runs in the verl session's virtualenv."""
     ignored = [arg for name in VERL_E2E_TRAINER for arg in ("--ignore", os.path.join(VERL_E2E, name))]
     run_verl_e2e(session, VERL_E2E, *ignored, "--durations=0")
 
@@ -458,16 +480,17 @@ def skyrl04(session: nox.Session) -> None:
     session.run("gmpo-plugins", "audit", "--json", "docs/audit/skyrl-0.4.json", env=env)
 
 
-@session(requires=["skyrl"])
+@session(requires=["skyrl04"])
 def skyrl_e2e(session: nox.Session) -> None:
-    """SkyRL 0.3.0's own RayPPOTrainer.train() on CPU (FSDP2 on gloo, Ray, weight sync) with
+    """SkyRL 0.4.0's own RayPPOTrainer.train() on CPU (FSDP2 on gloo, Ray, weight sync) with
     policy_loss_type=gmpo: a 2-step run, parameter invariance over micro-batches and ranks (and a
     split-dependent loss that must fail it; SkyRL's gspo reported), bad configurations.
 
-    Runs in the skyrl session's virtualenv (which has SKYRL_TRAINER_REQUIREMENTS); examples/skyrl_cpu
-    stands in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings).
+    Runs in the skyrl04 session's virtualenv (which has SKYRL_TRAINER_REQUIREMENTS); examples/skyrl_cpu
+    stands in for CUDA, vLLM and flash-attn in the processes the tests start (see its docstrings; it
+    serves SkyRL 0.3.0 too: `nox -s skyrl` keeps that virtualenv with -r).
     """
-    python = kept_python(session, "skyrl")
+    python = kept_python(session, "skyrl04")
     shims = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "skyrl", "shims")
     argv = ["tests/skyrl_e2e", "--durations=0", *WARNINGS_REPORTED, *session.posargs]
     session.run(python, "-m", "pytest", *argv, env=activated(python, PYTHONPATH=shims), external=True)

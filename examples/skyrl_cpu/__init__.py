@@ -1,5 +1,5 @@
-"""CPU stand-ins that let SkyRL 0.3's own PPO trainer run without a GPU (examples only; not part
-of the gmpo-plugins package). Each replaces one piece that needs CUDA or vLLM:
+"""CPU stand-ins that let SkyRL's own PPO trainer (0.3.0 and 0.4.0) run without a GPU (examples
+only; not part of the gmpo-plugins package). Each replaces one piece that needs CUDA or vLLM:
 
     workers            FSDP policy/ref workers on gloo and a CPU mesh, no CUDA calls
                        (RayPPOTrainer.build_models' worker classes; a few torch.cuda patches);
@@ -8,7 +8,9 @@ of the gmpo-plugins package). Each replaces one piece that needs CUDA or vLLM:
     engine             HF inference engine (Ray actor), SkyRL inference-client interface and a
                        seeded one-turn generator (BasePPOExp.get_inference_client/get_generator),
                        sampling with examples/seeded_generation.py
-    shims/vllm         vLLM's NCCLWeightTransferEngine, trainer side, carrying weights over Ray
+    shims/vllm         vLLM's NCCL weight-transfer engine, trainer side, carrying weights over
+                       Ray (0.3.0's and 0.4.0's interfaces; for 0.4.0 also the WeightSource
+                       contract, trainer factory and the names its config and worker import)
     shims/flash_attn   the padding helpers skyrl's model wrapper imports at module level
     experiment         BasePPOExp with those hooks; records the logged metrics
     launch             ``python -m skyrl_cpu [--out DIR] <SkyRL overrides>``

@@ -5,12 +5,15 @@ overridable hooks, and both are replaced here:
 
 ``CPUInferenceClient`` (``BasePPOExp.get_inference_client``) stands in for
 ``RemoteInferenceClient`` and its vLLM HTTP servers (vLLM needs a GPU). It implements SkyRL's
-``InferenceEngineInterface``; what the trainer and the policy worker call on it for weight sync
-(``get_world_size``, ``init_weight_update_communicator``, ``start_weight_update``,
-``update_weights_nccl``, ``finish_weight_update``, ``increment_weight_version``,
-pause/resume/sleep/wake_up, ``reset_prefix_cache``) is a no-op or bookkeeping, because the
-weights themselves arrive through SkyRL's own ``BroadcastWeightTransferSender`` -> the ``vllm`` stand-in (``shims/``) ->
-``HFEngine.load_weights``.
+``InferenceEngineInterface`` (0.3.0's and 0.4.0's: the methods of both); what the trainer and
+the policy worker call on it for weight sync (``get_world_size``, ``increment_weight_version``,
+pause/resume/sleep/wake_up, ``reset_prefix_cache``; on 0.3.0 also
+``init_weight_update_communicator``, ``start_weight_update``, ``update_weights_nccl``,
+``finish_weight_update``; on 0.4.0 the ``server_urls`` and ``data_parallel_size`` that
+SkyRL's weight-sync control-plane client is built with, never contacted) is a no-op or
+bookkeeping, because the weights themselves arrive through SkyRL's own sender (0.3.0's
+``BroadcastWeightTransferSender``, 0.4.0's ``FsdpWeightSource`` + NCCL trainer engine) -> the
+``vllm`` stand-in (``shims/``) -> ``HFEngine.load_weights``. LoRA loading is not supported.
 
 ``HFEngine`` is a named Ray actor holding a Hugging Face model in float32; it samples with
 ``seeded_generation.seeded_sample`` (examples/; seed from the prompt's token ids and the sample
@@ -83,10 +86,16 @@ class CPUInferenceClient(InferenceEngineInterface):
     """SkyRL's inference-client interface over ``HFEngine`` (module docstring). Picklable: the
     policy workers receive it in ``init_weight_sync_state``."""
 
+    # what SkyRL 0.4's policy worker builds its weight-sync control-plane client with (module
+    # docstring); no HTTP server behind it
+    server_urls = (f"ray://{ENGINE_ACTOR}",)
+    data_parallel_size = 1
+
     def __init__(self, engine: Any, model_name: str) -> None:
         self.engine = engine
         self._model_name = model_name
 
+    @property
     def model_name(self) -> str:
         return self._model_name
 
@@ -120,6 +129,9 @@ class CPUInferenceClient(InferenceEngineInterface):
 
     async def update_named_weights(self, request: Any) -> None:
         raise NotImplementedError("CPUInferenceClient receives weights through the vllm stand-in")
+
+    async def load_lora_adapter(self, lora_name: str, lora_path: str) -> dict[str, Any]:
+        raise NotImplementedError("CPUInferenceClient: LoRA adapters are not supported on CPU")
 
     async def start_weight_update(self, is_checkpoint_format: bool = True) -> None:
         return None

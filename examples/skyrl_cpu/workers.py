@@ -26,8 +26,9 @@ subclasses SkyRL's ``FSDPPolicyWorkerBase`` and, in its own Ray process only:
   RL step, after the step's last optimiser step, so the steps before it are seen nowhere else.
   The hook is torch's own ``Optimizer.register_step_post_hook`` on the optimiser the worker
   steps (SkyRL's, or the SGD above), and the parameters are taken the way SkyRL's weight sync
-  takes them, from the worker's ``weight_extractor`` (full tensors gathered from the FSDP2
-  shards, Hugging Face names) in float32, on every rank, written by rank 0.
+  takes them (full tensors gathered from the FSDP2 shards, Hugging Face names; skyrl 0.3.0:
+  the worker's ``weight_extractor``, 0.4.0: its ``_build_weight_source``, an
+  ``FsdpWeightSource``) in float32, on every rank, written by rank 0.
 
 The loss, micro-batching, advantage pre-scaling, FSDP2 sharding, gradient all-reduce, clipping
 and the weight sync are SkyRL's.
@@ -128,12 +129,19 @@ def _worker_classes():
             """After optimiser step n of the run: the parameters through ``optimiser_steps.save``."""
             self._optimiser_steps += 1
             if optimiser_steps.wanted(self._optimiser_steps):
-                params = (
+                optimiser_steps.save(
+                    self.named_full_params(), self._optimiser_steps, write=torch.distributed.get_rank() == 0
+                )
+
+        def named_full_params(self) -> Any:
+            """``(name, full float32 tensor)`` as SkyRL's weight sync takes them (module docstring)."""
+            if hasattr(self, "weight_extractor"):  # skyrl 0.3.0
+                return (
                     (name, tensor)
                     for chunk in self.weight_extractor.extract_weights(torch.float32)
                     for name, tensor in zip(chunk.names, chunk.tensors, strict=True)
                 )
-                optimiser_steps.save(params, self._optimiser_steps, write=torch.distributed.get_rank() == 0)
+            return iter(self._build_weight_source(torch.float32, "nccl"))  # skyrl 0.4.0
 
     class CPURefWorker(CPUWorkerMixin, FSDPRefWorkerBase):
         """SkyRL's FSDP reference worker on gloo and the CPU (module docstring)."""

@@ -133,7 +133,7 @@ def row_for(distribution: str, version: str) -> Release | None:
         for release in TESTED_RELEASES
         if release.distribution == distribution and release_numbers(release.version) <= release_numbers(version)
     ]
-    return rows[-1] if rows else None
+    return max(rows, key=lambda release: release_numbers(release.version), default=None)
 
 
 if __name__ == "__main__":

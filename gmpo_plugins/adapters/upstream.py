@@ -46,7 +46,7 @@ class TestedRange:
 TESTED = {
     "verl": TestedRange("verl", "0.9.1", "0.10"),
     "openrlhf": TestedRange("openrlhf", "0.11.2", "0.12"),
-    "trl": TestedRange("trl", "1.16.0", "1.17"),
+    "trl": TestedRange("trl", "1.14.2", "1.17"),
     "skyrl": TestedRange("skyrl", "0.3.0", "0.5"),
 }
 """Framework distribution -> the range its adapter is tested with."""
@@ -79,6 +79,7 @@ TESTED_RELEASES = (
     Release("verl", "verl", "0.9.1", True, ">=3.10,<3.13", ">=5.5.3,<5.11,!=5.6.0"),
     Release("OpenRLHF", "openrlhf", "0.11.2", True, ">=3.10", "==5.15.0"),
     Release("TRL", "trl", "1.16.0", True, ">=3.11", ">=4.56.2"),
+    Release("TRL", "trl", "1.14.2", False, ">=3.10", ">=4.56.2"),
     Release("SkyRL", "skyrl", "0.3.0", True, ">=3.11", ">=5.6.1,<=5.8.0"),
     Release("SkyRL", "skyrl", "0.4.0", False, ">=3.12,<3.15", ">=5.6.1,<=5.16.1"),
 )

@@ -72,7 +72,7 @@ def test_the_extras_that_share_an_environment():
     assert shares_environment(BY_LABEL["skyrl 0.4.0"], BY_LABEL["openrlhf 0.11.2"])
     assert shares_environment(BY_LABEL["skyrl 0.4.0"], BY_LABEL["verl 0.9.1"])
     cells = columns(BY_LABEL["openrlhf 0.11.2"])
-    assert cells["Python and transformers shared with"] == "TRL 1.16.0, SkyRL 0.4.0"
+    assert cells["Python and transformers shared with"] == "TRL 1.16.0, TRL 1.14.2, SkyRL 0.4.0"
 
 
 @pytest.mark.parametrize(
@@ -85,6 +85,8 @@ def test_the_extras_that_share_an_environment():
         ("verl", "0.9.3", "0.9.1"),
         ("verl", "0.9.0", None),
         ("trl", "1.16.1", "1.16.0"),
+        ("trl", "1.15.2", "1.14.2"),
+        ("trl", "1.14.1", None),
     ],
 )
 def test_the_row_that_applies_to_a_version(distribution, version, row):

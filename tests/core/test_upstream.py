@@ -17,7 +17,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
-NOXFILE_PINS = {"verl": "0.9.1", "openrlhf": "0.11.2", "trl": "1.16.0", "skyrl": "0.3.0"}
+NOXFILE_PINS = [("verl", "0.9.1"), ("openrlhf", "0.11.2"), ("trl", "1.16.0"), ("trl", "1.14.2"), ("skyrl", "0.3.0")]
 
 
 def test_pyproject_extras_are_bounded_by_the_tested_ranges():
@@ -29,14 +29,17 @@ def test_pyproject_extras_are_bounded_by_the_tested_ranges():
 
 def test_the_noxfile_pins_are_inside_the_ranges():
     noxfile = (PYPROJECT.parent / "noxfile.py").read_text()
-    for distribution, pin in NOXFILE_PINS.items():
+    for distribution, pin in NOXFILE_PINS:
         assert f"{distribution}=={pin}" in noxfile
         assert TESTED[distribution].contains(pin)
 
 
 @pytest.mark.parametrize(
     ("version", "inside"),
-    [("1.16.0", True), ("1.16.9", True), ("1.17.0rc1", False), ("1.17", False), ("1.15.2", False), ("2.0", False)],
+    [
+        *(("1.16.0", True), ("1.16.9", True), ("1.15.2", True), ("1.14.2", True)),
+        *(("1.17.0rc1", False), ("1.17", False), ("1.13.9", False), ("2.0", False)),
+    ],
 )
 def test_range_membership_by_release_numbers(version, inside):
     assert TESTED["trl"].contains(version) is inside
@@ -49,7 +52,7 @@ def test_outside_the_range_warns_once_naming_the_range(monkeypatch):
         warn_if_untested("trl", "1.18.0")
     (warning,) = record
     assert str(warning.message).startswith(
-        "gmpo_plugins: trl 1.17.0 is outside the range its adapter was tested with (trl>=1.16.0,<1.17)"
+        "gmpo_plugins: trl 1.17.0 is outside the range its adapter was tested with (trl>=1.14.2,<1.17)"
     )
 
 

@@ -50,16 +50,21 @@ def nox_sessions() -> set[str]:
     return names
 
 
-def lanes() -> dict[str, list[str]]:
-    """lane label -> its sessions in order, from ``.ci/run --dry-run``."""
+def lane_parts() -> dict[str, tuple[list[str], list[str]]]:
+    """lane label -> (its first sessions, the sessions after them), from ``.ci/run --dry-run``."""
     out = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--dry-run"], capture_output=True, text=True, check=True)
     plan = {}
     for line in out.stdout.splitlines():
         label, _, rest = line.partition(": ")
         first, _, then = rest.partition(", then ")
         then = re.sub(r"^\(after lane 1's [^)]*\) ", "", then)
-        plan[label] = first.split() + then.split()
+        plan[label] = (first.split(), then.split())
     return plan
+
+
+def lanes() -> dict[str, list[str]]:
+    """lane label -> its sessions in order."""
+    return {label: first + then for label, (first, then) in lane_parts().items()}
 
 
 def kept_virtualenvs() -> dict[str, set[str]]:
@@ -87,7 +92,7 @@ def test_the_lanes_hold_every_session_once():
     plan = lanes()
     listed = [name for sessions in plan.values() for name in sessions]
     assert sorted(listed) == sorted(nox_sessions())
-    assert len(listed) == len(set(listed)) == 18
+    assert len(listed) == len(set(listed)) == 19
 
 
 def test_each_end_to_end_session_follows_the_sessions_whose_virtualenvs_it_runs_in():
@@ -99,8 +104,9 @@ def test_each_end_to_end_session_follows_the_sessions_whose_virtualenvs_it_runs_
         for venv in venvs:
             if venv in lane:
                 assert lane.index(venv) < lane.index(session)
-            else:  # lane 1's verl: frameworks_e2e* wait for lane 1's first sessions (next test)
-                assert venv in plan["lane 1"][: plan["lane 1"].index("verl_e2e_launch") + 1], (session, venv)
+            else:  # on lane 1: lane 2's sessions wait for lane 1's first sessions (next test)
+                assert session in lane_parts()["lane 2"][1], (session, venv)
+                assert venv in lane_parts()["lane 1"][0], (session, venv)
 
 
 def run_ci(tmp_path: pathlib.Path, fail: str = "") -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -116,13 +122,13 @@ def run_ci(tmp_path: pathlib.Path, fail: str = "") -> tuple[subprocess.Completed
     return result, calls.read_text().splitlines()
 
 
-def test_frameworks_e2e_starts_after_lane_1s_verl_sessions_end(tmp_path):
+def test_frameworks_e2e_starts_after_lane_1s_first_sessions_end(tmp_path):
     result, calls = run_ci(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    then = "start frameworks_e2e frameworks_e2e_four lint"
-    assert calls.index("end verl verl_e2e verl_e2e_launch") < calls.index(then)
-    assert calls.index("end trl openrlhf skyrl openrlhf_e2e openrlhf_e2e_invariance skyrl_e2e") < calls.index(then)
-    assert "nox ran core kernels skyrl04 compare_tests dist compare" in result.stdout  # lane 1's log printed
+    then = "start frameworks_e2e frameworks_e2e_four lint trl114"
+    assert calls.index("end verl verl_e2e verl_e2e_launch skyrl04 skyrl_e2e") < calls.index(then)
+    assert calls.index("end trl openrlhf skyrl openrlhf_e2e openrlhf_e2e_invariance") < calls.index(then)
+    assert "nox ran core kernels compare_tests dist compare" in result.stdout  # lane 1's log printed
 
 
 @pytest.mark.parametrize("failing", ["verl_e2e", "dist", "openrlhf", "lint"])
@@ -130,4 +136,4 @@ def test_a_failed_session_on_either_lane_fails_the_run(tmp_path, failing):
     result, calls = run_ci(tmp_path, fail=failing)
     assert result.returncode != 0
     assert len(calls) == 8  # every session still ran
-    assert "nox ran verl verl_e2e verl_e2e_launch" in result.stdout
+    assert "nox ran verl verl_e2e verl_e2e_launch skyrl04 skyrl_e2e" in result.stdout

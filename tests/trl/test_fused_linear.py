@@ -17,7 +17,15 @@ from .tiny import count_digits_reward, grpo_config
 
 pytest.importorskip("liger_kernel")
 
-LAYER_KERNELS_OFF = {"rope": False, "rms_norm": False, "swiglu": False, "cross_entropy": False}
+# Liger's layer kernels off on CPU; its fused linear cross-entropy forward too, as TRL 1.15+ forces it
+# (TRL 1.14 leaves it on, and its forward then fails in generation with transformers 5)
+LAYER_KERNELS_OFF = {
+    "rope": False,
+    "rms_norm": False,
+    "swiglu": False,
+    "cross_entropy": False,
+    "fused_linear_cross_entropy": False,
+}
 # transformers' Trainer applies Liger through a deprecated switch: TRL warns that it is deprecated
 LIGER_DEPRECATED = "ignore:`use_liger_kernel=True` is deprecated:FutureWarning"
 

@@ -114,6 +114,14 @@ def test_topr_reads_the_rewards_trl_computed(model_dir, tmp_path, tokenizer, pro
     assert (flipped_grad - grad).abs().max() > 1e-3
 
 
+def with_env(env: dict[str, str], build):
+    """``build()`` with ``env`` set (the trainer reads it in ``__init__``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        return build()
+
+
 @pytest.fixture(scope="module")
 def term_trainers(model_dir, tmp_path_factory):
     """(ours, TRL's GRPOTrainer) dapo pairs with the entropy bonus, with the top-entropy mask,
@@ -137,6 +145,9 @@ def term_trainers(model_dir, tmp_path_factory):
         "bonus": (
             build(RegistryGRPOTrainer, "bonus", entropy_coef=0.05),
             build(GRPOTrainer, "bonus-trl", entropy_coef=0.05),
+        ),
+        "bonus-hparams": with_env(
+            {"GMPO_PLUGINS_LOSS_HPARAMS": '{"entropy_coef": 0.05}'}, lambda: build(RegistryGRPOTrainer, "bonus-hparams")
         ),
         "mask": (
             build(RegistryGRPOTrainer, "mask", top_entropy_quantile=0.5),
@@ -166,9 +177,10 @@ def test_entropy_coef_adds_exactly_the_core_term(term_trainers):
         torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
         torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
     )
-    _, entropies, _ = plain._get_per_token_logps_and_entropies(
-        plain.model, *prompt_and_completion, mask.size(1), compute_entropy=True
-    )
+    # H from the model's logits (TRL's: of logits / temperature at the completion's positions)
+    logits = plain.model(input_ids=prompt_and_completion[0], attention_mask=prompt_and_completion[1]).logits
+    logits = logits[:, -mask.size(1) - 1 : -1] / plain.temperature
+    entropies = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
     term = -0.05 * (entropies * mask).sum() / mask.sum()
     term.backward()
     term_grads = {name: p.grad for name, p in plain.model.named_parameters() if p.grad is not None}
@@ -180,6 +192,21 @@ def test_entropy_coef_adds_exactly_the_core_term(term_trainers):
     trl = run_loss(theirs, inputs)
     assert abs(with_bonus[0].item() - trl[0].item()) <= TOL
     assert max_grad_difference(with_bonus[1], trl[1]) <= TOL
+
+
+def test_entropy_coef_given_to_the_registry_alone_trains_as_through_grpo_config(term_trainers):
+    """The registry's entropy_coef = 0.05 given through GMPO_PLUGINS_LOSS_HPARAMS with
+    GRPOConfig.entropy_coef left at 0: the same loss and
+    every parameter gradient as GRPOConfig.entropy_coef = 0.05 (TRL 1.14 returns its entropies
+    without a gradient unless its own bonus is on; the adapter asks for it)."""
+    through_config, _ = term_trainers["bonus"]
+    alone = term_trainers["bonus-hparams"]
+    assert alone.args.entropy_coef == 0.0 and alone.loss_hparams["entropy_coef"] == 0.05
+    inputs = micro_batch(through_config, seed=3, spread=0.3)
+    expected, got, plain = (run_loss(t, inputs) for t in (through_config, alone, term_trainers["plain"]))
+    assert abs(got[0].item() - expected[0].item()) <= TOL
+    assert max_grad_difference(got[1], expected[1]) <= TOL
+    assert max_grad_difference(got[1], plain[1]) > 1e-4  # the bonus moved the gradient
 
 
 def test_top_entropy_quantile_is_trls_mask_applied_once(term_trainers):

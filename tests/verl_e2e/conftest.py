@@ -22,6 +22,14 @@ from .harness import ACTOR, Run, loss, split  # noqa: E402
 sys.path.insert(0, harness.EXAMPLES)
 
 FIGURES: list[str] = []
+SELECTED_RUNS: set[str] = set()
+
+
+def pytest_collection_finish(session) -> None:
+    """The trainer runs the selected tests read: each test module's ``RUNS`` (so that a session
+    running part of the folder makes only its part of the runs)."""
+    for item in session.items:
+        SELECTED_RUNS.update(getattr(item.module, "RUNS", ()))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -48,6 +56,7 @@ def planned_runs(base: list[str]) -> list[Run]:
     """The session's trainer runs (names are used by the tests), all through verl's default v1
     trainer but ``legacy_decoupled`` (verl's deprecated legacy trainer, one smoke run). ``gmpo_mb1`` is the
     baseline of the split runs, and of split_dependent_gmpo's (with one micro-batch it is gmpo).
+    ``nonfinite`` feeds gmpo one NaN advantage per micro-batch (nonfinite_loss.py).
 
     Settings that share a run: ``gmpo_mb2`` also runs rollout correction's bypass mode and
     ``gmpo_mb4`` its decoupled mode, with ``recorded_gmpo`` (gmpo that saves what verl passes
@@ -79,6 +88,7 @@ def planned_runs(base: list[str]) -> list[Run]:
             + [f"{ACTOR}.clip_ratio_low=0.2", f"{ACTOR}.clip_ratio_high=0.28", f"{ACTOR}.loss_agg_mode=token-mean"],
         ),
         Run("legacy_decoupled", base + recorded + split(2) + DECOUPLED + [LEGACY]),
+        Run("nonfinite", base + loss("nonfinite_gmpo") + split(2)),
     ]
 
 
@@ -102,13 +112,16 @@ def assets(workdir):
 
 @pytest.fixture(scope="session")
 def trainer_runs(workdir, assets) -> dict[str, Run]:
-    """Every planned run, done once in one driver process (one Ray start-up for all); a run
-    that failed is reported by the test that reads it."""
+    """The planned runs the selected tests read (``SELECTED_RUNS``), done once in one driver process
+    (one Ray start-up for all); a run that failed is reported by the test that reads it."""
     ray_dir = tempfile.mkdtemp(prefix="ray_", dir="/tmp")  # Ray's socket paths must stay short
-    runs = planned_runs(harness.common_overrides(assets, workdir, ray_dir))
+    planned = planned_runs(harness.common_overrides(assets, workdir, ray_dir))
+    unknown = SELECTED_RUNS - {run.name for run in planned}
+    assert not unknown, f"RUNS of a test module names runs that planned_runs does not plan: {sorted(unknown)}"
+    runs = [run for run in planned if run.name in SELECTED_RUNS]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([harness.HERE, harness.EXAMPLES, env.get("PYTHONPATH", "")])
-    env["VERL_USE_EXTERNAL_MODULES"] = "split_dependent_loss,recording_loss"
+    env["VERL_USE_EXTERNAL_MODULES"] = "split_dependent_loss,recording_loss,nonfinite_loss"
     _, wall = harness.run_batch(runs, workdir, env)
     FIGURES.append(
         f"trainer runs: {len(runs)} in one driver, {wall:.0f} s wall; per run (s): "

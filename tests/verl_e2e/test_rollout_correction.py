@@ -1,6 +1,7 @@
 """What a registry loss receives under verl's ``algorithm.rollout_correction`` (the table of
 docs/integrations/verl.md), read from the calls ``recorded_gmpo`` saved inside verl's
-``ppo_loss`` (recording_loss.py), in the v1 trainer and (decoupled mode, its one smoke run) the deprecated legacy one.
+``ppo_loss`` (recording_loss.py), in the v1 trainer and (decoupled mode, its one smoke run in
+test_other_runs.py) the deprecated legacy one.
 
     run (conftest)      mode        trainer  old_log_prob       rollout_is_weights     mask
     gmpo_mb4            decoupled   v1       actor recomputed   token IS, <= 2         rejection applied
@@ -29,6 +30,7 @@ from .test_trainer import _ok
 
 # the session's trainer runs are made in the first test that reads them; the batch has its own limit
 pytestmark = pytest.mark.timeout(BATCH_TIMEOUT_S + 120)
+RUNS = ("gmpo_mb2", "gmpo_mb4")  # read by conftest.trainer_runs; legacy_decoupled: test_other_runs.py
 
 ROUNDING = 1e-5  # |rollout - actor log-prob| on CPU float32: measured below 3e-7
 
@@ -46,9 +48,9 @@ def response_mask_is_whole(call: dict) -> bool:
     return bool(torch.equal(mask, (torch.arange(mask.shape[1]) < lengths).to(torch.int64)))
 
 
-@pytest.mark.parametrize("name", ["gmpo_mb4", "legacy_decoupled"])
-def test_decoupled_mode_passes_verls_token_is_weights_and_its_mask(trainer_runs, name):
-    run = _ok(trainer_runs[name])
+def check_decoupled_mode(run: Run) -> None:
+    """verl passed its token IS weights (truncated at 2, 1 to rounding) and its mask (nothing rejected)."""
+    run = _ok(run)
     metrics = run.steps[1]
     # verl computed the IS weights (token level) and the rejection mask from old - rollout log-probs
     assert "rollout_corr/rollout_is_mean" in metrics and "training/rollout_probs_diff_max" in metrics
@@ -61,7 +63,11 @@ def test_decoupled_mode_passes_verls_token_is_weights_and_its_mask(trainer_runs,
         assert float(valid.max()) <= 2.0  # truncated at rollout_is_threshold
         assert float((valid - 1).abs().max()) < ROUNDING
         assert response_mask_is_whole(call)  # token_k1 in [0.5, 2] rejected nothing here
-    FIGURES.append(f"{name}: {len(recorded)} loss calls, each with verl's token IS weights (max |w - 1| < {ROUNDING})")
+    FIGURES.append(f"{run.name}: {len(recorded)} loss calls, each with verl's token IS weights (|w - 1| < {ROUNDING})")
+
+
+def test_decoupled_mode_passes_verls_token_is_weights_and_its_mask(trainer_runs):
+    check_decoupled_mode(trainer_runs["gmpo_mb4"])
 
 
 def test_bypass_mode_calls_the_registry_loss_with_rollout_log_probs_and_no_weights(trainer_runs):

@@ -69,7 +69,7 @@ from gmpo_plugins.adapters.trl.metrics import global_masked_mean, log_loss_metri
 from gmpo_plugins.adapters.trl.normalisation import trl_batch_info
 from gmpo_plugins.adapters.trl.options import WHOLE_GROUPS, UnsupportedTRLOptionError, loss_hparams_from_args
 from gmpo_plugins.adapters.trl.proof import LossProof
-from gmpo_plugins.adapters.upstream import warn_if_untested
+from gmpo_plugins.adapters.upstream import TESTED, UpstreamDriftError, framework_version, warn_if_untested
 from gmpo_plugins.core.fused_linear import FusedLinearOutput, fused_linear_loss
 from gmpo_plugins.core.registry import get_loss
 from gmpo_plugins.core.types import BatchInfo, LossInputs, LossOutput
@@ -127,6 +127,11 @@ class RegistryGRPOTrainer(GRPOTrainer):
         self._proof: LossProof | None = None
         self._loss_proven = False
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        if self.loss_hparams.get("entropy_coef", 0.0) != 0.0:
+            # TRL 1.14 returns differentiable entropies only where its own bonus is on
+            # (_entropy_bonus_enabled, from GRPOConfig.entropy_coef); the registry's bonus needs them
+            # whatever TRL's own setting. TRL 1.15+ reads the flag only in its _compute_loss, replaced here.
+            self._entropy_bonus_enabled = True
         if args.use_liger_kernel and self.aux_loss_enabled:
             raise UnsupportedTRLOptionError(
                 "use_liger_kernel=True with a MoE router auxiliary loss (output_router_logits): the fused-linear "
@@ -252,6 +257,13 @@ class RegistryGRPOTrainer(GRPOTrainer):
                 compute_aux_loss=self.aux_loss_enabled,
                 **{key: inputs.get(key) for key in FORWARD_KEYS},
             )
+            bonus = self.loss_hparams.get("entropy_coef", 0.0) != 0.0
+            if bonus and torch.is_grad_enabled() and not entropies.requires_grad:
+                raise UpstreamDriftError(
+                    f"gmpo_plugins: {framework_version('trl')} returned entropies without a gradient, so the "
+                    f"registry's entropy bonus (entropy_coef={self.loss_hparams['entropy_coef']}) would change the "
+                    f"loss and not the update (the adapter is tested with trl{TESTED['trl'].specifier})"
+                )
             old_per_token_logps = inputs.get("old_per_token_logps")
             if old_per_token_logps is None:
                 old_per_token_logps = per_token_logps.detach()
