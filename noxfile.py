@@ -24,7 +24,7 @@
     nox -s openrlhf_e2e_invariance  the same loop: one step per split, the same update
     nox -s frameworks_e2e  `gmpo-plugins frameworks` through verl's, OpenRLHF's and TRL's trainers
                       side by side: the first update compared (in the virtualenvs those sessions
-                      keep: `nox -s trl verl openrlhf skyrl frameworks_e2e frameworks_e2e_four`)
+                      keep: `nox -s trl verl openrlhf skyrl04 frameworks_e2e frameworks_e2e_four`)
     nox -s frameworks_e2e_four  the same through the four trainers (SkyRL's too)
     nox -s compare    the main job: `gmpo-plugins compare`, defaults, report in ./gmpo-report/<time>
     nox -s compare_tests  tests of compare/parity (transformers, no framework), then `gmpo-plugins parity`
@@ -38,8 +38,8 @@ Each session removes its virtualenv (.nox/<session>) once it passes, because nox
 build it afresh on the next run anyway: the full suite then needs the disk of its largest
 sessions, not of all of them together (about 20 GB). The end-to-end sessions install nothing and
 are split so that each stays under 10 minutes: verl_e2e*, skyrl_e2e and openrlhf_e2e* run in the
-virtualenv of verl, skyrl and openrlhf (which nox runs first: `requires`), frameworks_e2e* in those of
-trl, verl, openrlhf and skyrl (which must have run before them, in this nox run or an earlier one); the session
+virtualenv of verl, skyrl04 and openrlhf (which nox runs first: `requires`), frameworks_e2e* in those of
+trl, verl, openrlhf and skyrl04 (which must have run before them, in this nox run or an earlier one); the session
 that runs last in a virtualenv removes it (KEPT; about 8 GB kept at most). A failed session keeps its virtualenv
 for inspection, and so does every session when nox is told to reuse virtualenvs
 (`nox -r -s verl_e2e`, then `.nox/verl/bin/python ...`) or to only install
@@ -82,10 +82,10 @@ WARNINGS_REPORTED = ("-W", "default")
 
 # the virtualenvs whose trainers frameworks_e2e and frameworks_e2e_four run side by side (framework ->
 # session): their sessions keep them, frameworks_e2e_four (the last to run in them) removes them once it passes
-FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl", "skyrl": "skyrl"}
+FRAMEWORK_SESSIONS = {"verl": "verl", "openrlhf": "openrlhf", "trl": "trl", "skyrl": "skyrl04"}
 # sessions whose virtualenv a later session runs in (session -> the session that removes it:
-# frameworks_e2e_four runs after every other end-to-end session; skyrl_e2e runs in skyrl04's)
-KEPT = {venv: "frameworks_e2e_four" for venv in FRAMEWORK_SESSIONS.values()} | {"skyrl04": "skyrl_e2e"}
+# frameworks_e2e_four runs after every other end-to-end session, skyrl_e2e among them)
+KEPT = {venv: "frameworks_e2e_four" for venv in FRAMEWORK_SESSIONS.values()}
 
 
 def releasing(session: nox.Session) -> bool:
@@ -539,7 +539,7 @@ def run_frameworks_e2e(session: nox.Session, *argv: str) -> None:
     """pytest ``argv`` with TRL's interpreter, each framework's interpreter named for
     `gmpo-plugins frameworks` (GMPO_PLUGINS_PYTHON_<FRAMEWORK>): the virtualenvs of the verl,
     openrlhf, trl and skyrl sessions, run before it (`nox` runs the sessions in the order of this
-    file; `nox -s verl openrlhf trl skyrl frameworks_e2e` alone; .ci/run on its second lane)."""
+    file; `nox -s verl openrlhf trl skyrl04 frameworks_e2e` alone; .ci/run on its second lane)."""
     pythons = {name: kept_python(session, venv) for name, venv in FRAMEWORK_SESSIONS.items()}
     env = activated(pythons["trl"], **{f"GMPO_PLUGINS_PYTHON_{name.upper()}": py for name, py in pythons.items()})
     session.run(pythons["trl"], "-m", "pytest", *argv, "--durations=0", *session.posargs, env=env, external=True)

@@ -80,8 +80,8 @@ TESTED_RELEASES = (
     Release("OpenRLHF", "openrlhf", "0.11.2", True, ">=3.10", "==5.15.0"),
     Release("TRL", "trl", "1.16.0", True, ">=3.11", ">=4.56.2"),
     Release("TRL", "trl", "1.14.2", False, ">=3.10", ">=4.56.2"),
-    Release("SkyRL", "skyrl", "0.3.0", True, ">=3.11", ">=5.6.1,<=5.8.0"),
-    Release("SkyRL", "skyrl", "0.4.0", False, ">=3.12,<3.15", ">=5.6.1,<=5.16.1"),
+    Release("SkyRL", "skyrl", "0.3.0", False, ">=3.11", ">=5.6.1,<=5.8.0"),
+    Release("SkyRL", "skyrl", "0.4.0", True, ">=3.12,<3.15", ">=5.6.1,<=5.16.1"),
 )
 """Every release the test suite runs (``compatibility`` renders them as the table of
 docs/install.md); each lies in its framework's ``TESTED`` range."""

@@ -69,9 +69,15 @@ def lanes() -> dict[str, list[str]]:
 
 def kept_virtualenvs() -> dict[str, set[str]]:
     """Session -> the sessions whose virtualenv it runs in, read from noxfile.py: the names given to
-    ``kept_python`` in its body or in the ``run_*`` helper it calls, and FRAMEWORK_SESSIONS for
-    ``kept_python(session, venv)`` over that table."""
-    functions = {node.name: node for node in noxfile().body if isinstance(node, ast.FunctionDef)}
+    ``kept_python`` in its body or in the ``run_*`` helper it calls, and FRAMEWORK_SESSIONS's
+    sessions for ``kept_python(session, venv)`` over that table."""
+    tree = noxfile()
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    (table,) = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FRAMEWORK_SESSIONS"
+    ]
 
     def kept(function: ast.FunctionDef) -> set[str]:
         names: set[str] = set()
@@ -80,7 +86,7 @@ def kept_virtualenvs() -> dict[str, set[str]]:
                 continue
             if node.func.id == "kept_python":
                 venv = node.args[1]
-                names |= {venv.value} if isinstance(venv, ast.Constant) else {"verl", "openrlhf", "trl", "skyrl"}
+                names |= {venv.value} if isinstance(venv, ast.Constant) else set(table.values())
             elif node.func.id.startswith("run_") and node.func.id in functions:
                 names |= kept(functions[node.func.id])
         return names

@@ -31,7 +31,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 def planned_runs() -> dict[str, list[str]]:
     """The session's trainer runs (names are used by the tests): gmpo and SkyRL's own gspo under
     1, 2 and 4 micro-batches and 2 ranks, and the split-dependent loss under 4 micro-batches.
-    ``gmpo_mb1`` runs 2 steps (the two-step test); the others one."""
+    ``gmpo_mb1`` runs 2 steps (the two-step test); the others one. ``nonfinite`` feeds gmpo one NaN
+    advantage per micro-batch (nonfinite_loss.py)."""
     runs = {"gmpo_mb1": loss("gmpo") + split(1) + ["trainer.max_training_steps=2"]}
     for name in ("gmpo", "gspo"):
         if name == "gspo":
@@ -40,6 +41,7 @@ def planned_runs() -> dict[str, list[str]]:
         runs[f"{name}_mb4"] = loss(name) + split(4)
         runs[f"{name}_dp2"] = loss(name) + split(ranks=2)
     runs["split_dependent_mb4"] = loss("split_dependent_gmpo") + split(4)
+    runs["nonfinite"] = loss("nonfinite_gmpo") + split(1)
     return runs
 
 

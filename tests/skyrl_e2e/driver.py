@@ -1,12 +1,13 @@
 """``python -m tests.skyrl_e2e.driver <python -m skyrl_cpu arguments>``: the example's launcher
-with the test-only ``split_dependent_gmpo`` loss registered first."""
+with the test-only ``split_dependent_gmpo`` and ``nonfinite_gmpo`` losses registered first."""
 
 import sys
 
 from skyrl_cpu.launch import main
 
-from tests.skyrl_e2e.split_dependent_loss import register
+from tests.skyrl_e2e import nonfinite_loss, split_dependent_loss
 
 if __name__ == "__main__":
-    register()
+    split_dependent_loss.register()
+    nonfinite_loss.register()
     sys.exit(main())

@@ -7,14 +7,22 @@ first row replaced by NaN: a bad input at a valid position, as a broken reward o
 estimator would give. The registry's rule makes the loss and the gradient NaN; verl's engine
 then skips the optimiser step (``optimizer_step``: zero_grad when the grad norm is not
 finite). Imported in every Ray process through ``VERL_USE_EXTERNAL_MODULES``.
+
+Forced non-default path: the call sets ``GMPO_PLUGINS_VALIDATE=never`` in its worker process
+first, the state of every call after a process's first. On the default path the first call checks
+values and raises naming the input, which stops the run before verl sees a gradient (at verl's
+call site: tests/verl/test_nonfinite.py). Only this run's workers call this loss.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn, register_policy_loss
+
+from gmpo_plugins.adapters._common import VALIDATE_ENV
 
 NAME = "nonfinite_gmpo"
 
@@ -29,6 +37,7 @@ def nonfinite_gmpo(
     config: Any | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ):
+    os.environ[VALIDATE_ENV] = "never"
     column = int(response_mask[0].nonzero()[0, 0])
     bad = advantages.clone()
     bad[0, column] = float("nan")
