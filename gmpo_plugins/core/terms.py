@@ -231,7 +231,8 @@ def add_terms(
     rows = (count > 0).to(dtype)
     metrics = dict(out.metrics)
     loss = out.loss
-    weights = row_weights(count, rows, batch, reduction, norm_length) if terms.active else None
+    weighted = terms.entropy_coef != 0 or terms.nll_coef != 0  # the terms added to the loss (the mask is not)
+    weights = row_weights(count, rows, batch, reduction, norm_length) if weighted else None
     if inputs.entropy is not None:
         entropy = torch.where(mask, inputs.entropy.to(dtype), zero)
         metrics["entropy"] = masked_mean(entropy.detach(), mask)

@@ -64,6 +64,7 @@ the micro-batches is the whole-step mean (the core's rule, and OpenRLHF's own).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import operator
@@ -135,10 +136,11 @@ class LossPlan:
     hparams: Mapping[str, Any]
     is_correction: ISCorrection | None = None
 
-    @property
+    @functools.cached_property
     def reads_rollout_log_probs(self) -> bool:
         """Whether the call reads ``rollout_log_probs`` (the loss, or a correction option set in
-        ``hparams``: ``LossSpec.inputs_for``); only then are OpenRLHF's passed to it."""
+        ``hparams``: ``LossSpec.inputs_for``); only then are OpenRLHF's passed to it. Decided once
+        per plan (the hyper-parameters are fixed for the run), not per micro-batch."""
         return "rollout_log_probs" in self.spec.inputs_for(self.hparams)
 
 
