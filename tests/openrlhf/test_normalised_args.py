@@ -131,3 +131,37 @@ def test_flash_reinforce_trains_a_registry_loss_as_openrlhfs_ppo(tiny_openrlhf):
     assert want_grads.keys() == got_grads.keys() and want_grads
     for name, grad in want_grads.items():
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-5, atol=1e-6)
+
+
+class PolicyLossOf0104(torch.nn.Module):
+    """Stands in for OpenRLHF 0.10.4's ``PolicyLoss`` (its constructor's parameters, its
+    ``vllm_is_*`` correction arguments; 0.10.4 cannot be installed beside 0.11.2), whose parser
+    has no ``--actor.loss_agg_mode`` either."""
+
+    def __init__(
+        self,
+        clip_eps_low: float = 0.2,
+        clip_eps_high: float = 0.2,
+        dual_clip: float | None = None,
+        token_level_loss: bool = True,
+        policy_loss_type: str = "ppo",
+        enable_vllm_is_correction: bool = False,
+        vllm_is_truncated_threshold: list | None = None,
+        vllm_is_correction_type: str = "tis",
+    ) -> None:
+        super().__init__()
+
+
+def test_another_releases_policy_loss_is_refused_naming_its_signature_not_with_a_traceback(monkeypatch):
+    """A registry loss under a PolicyLoss whose constructor is not 0.11.2's: the check refuses it
+    naming the signature, before it reads an argument that release does not have."""
+    import openrlhf.models
+
+    from gmpo_plugins.adapters.openrlhf.cli import check_args
+    from gmpo_plugins.adapters.openrlhf.version import UnsupportedOpenRLHFVersionError
+
+    args = train_args(["--actor.policy_loss_type", "gmpo", *GROUP])
+    del args.actor.loss_agg_mode  # 0.10.4's parser has no such flag
+    monkeypatch.setattr(openrlhf.models, "PolicyLoss", PolicyLossOf0104)
+    with pytest.raises(UnsupportedOpenRLHFVersionError, match=r"PolicyLoss.__init__ has parameters .*vllm_is_"):
+        check_args(args)

@@ -46,6 +46,7 @@ from gmpo_plugins.adapters.openrlhf.options import (
     policy_loss_choices,
     registry_spec,
 )
+from gmpo_plugins.adapters.openrlhf.patch import signature_mismatch
 from gmpo_plugins.adapters.openrlhf.stall import StallWatch, timeout_from_env
 from gmpo_plugins.adapters.openrlhf.version import UnsupportedOpenRLHFVersionError
 from gmpo_plugins.core.registry import LossNameCollisionError
@@ -118,6 +119,9 @@ def check_args(args: Any) -> None:
         return
     from openrlhf.models import PolicyLoss  # already imported by train_ppo_ray
 
+    why = signature_mismatch(PolicyLoss)  # another release: its arguments are not these (0.10.4: no loss_agg_mode)
+    if why is not None:
+        raise UnsupportedOpenRLHFVersionError(f"{why}; --actor.policy_loss_type {loss_type} cannot run")
     low, high = args.actor.eps_clip_low_high
     advantage = args.algo.advantage
     arguments = {  # as ActorPPOTrainer.__init__ builds it
