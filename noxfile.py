@@ -10,8 +10,9 @@
     nox -s trl114     the same tests against trl 1.14.2 (the earlier call site the adapter serves)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
     nox -s verl_e2e   verl 0.9.1's default v1 trainer on CPU with our losses (examples/verl_cpu)
-    nox -s verl_e2e_launch  gspo and dapo steps, the legacy trainer, bad settings, the GPU script's
-                      overrides, `gmpo-plugins frameworks` on the example spec
+    nox -s verl_e2e_losses  the same trainer with gspo and dapo, the legacy trainer, a NaN input
+    nox -s verl_e2e_launch  bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on
+                      the example spec
     nox -s openrlhf   the OpenRLHF adapter against openrlhf 0.11.2 (PolicyLoss, training_step,
                       gmpo-openrlhf, Ray, on CPU)
     nox -s skyrl      the SkyRL adapter against skyrl 0.3.0 (its PolicyLossRegistry, pre-scaling, Ray
@@ -253,13 +254,18 @@ def verl(session: nox.Session) -> None:
 
 
 VERL_E2E = "tests/verl_e2e"
-VERL_E2E_TRAINER = ("test_trainer.py", "test_rollout_correction.py")  # gmpo's runs: invariance, correction
+# the test files of each session that makes trainer runs (the others run the rest of the folder)
+VERL_E2E_RUNS = {
+    "verl_e2e": ("test_trainer.py", "test_rollout_correction.py"),
+    "verl_e2e_losses": ("test_other_runs.py",),
+}
 
 
 def run_verl_e2e(session: nox.Session, *argv: str) -> None:
     """pytest ``argv`` in the verl session's virtualenv (nothing installed)."""
     python = kept_python(session, "verl")
-    session.run(python, "-m", "pytest", *argv, *session.posargs, env=activated(python), external=True)
+    argv = (*argv, "--durations=0", *session.posargs)
+    session.run(python, "-m", "pytest", *argv, env=activated(python), external=True)
 
 
 @session(requires=["verl"])
@@ -269,18 +275,25 @@ def verl_e2e(session: nox.Session) -> None:
     one driver: 2 steps, invariance over micro-batches and ranks (and a split-dependent loss that
     fails it), rollout correction (decoupled, bypass). Stand-ins for the GPU parts:
     examples/verl_cpu. Runs in the verl session's virtualenv (nothing installed here)."""
-    run_verl_e2e(session, *(os.path.join(VERL_E2E, name) for name in VERL_E2E_TRAINER), "--durations=0")
+    run_verl_e2e(session, *(os.path.join(VERL_E2E, name) for name in VERL_E2E_RUNS["verl_e2e"]))
+
+
+@session(requires=["verl"])
+def verl_e2e_losses(session: nox.Session) -> None:
+    """verl's trainer on CPU with other losses and its other trainer: a gspo and a dapo step, one run
+    of the deprecated legacy trainer (decoupled rollout correction), and a NaN input (verl skips the
+    step). Runs in the verl session's virtualenv."""
+    run_verl_e2e(session, *(os.path.join(VERL_E2E, name) for name in VERL_E2E_RUNS["verl_e2e_losses"]))
 
 
 @session(requires=["verl"])
 def verl_e2e_launch(session: nox.Session) -> None:
-    """verl's trainer with other losses and as users launch it, on CPU: a gspo and a dapo step, one
-    run of the deprecated legacy trainer (decoupled rollout correction), bad settings refused with
-    a message, the GPU script's overrides against verl's config, `gmpo-plugins frameworks` on the
-    example spec (TRL's side only where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share
-    one). Runs in the verl session's virtualenv."""
-    ignored = [arg for name in VERL_E2E_TRAINER for arg in ("--ignore", os.path.join(VERL_E2E, name))]
-    run_verl_e2e(session, VERL_E2E, *ignored, "--durations=0")
+    """verl launched as users launch it, on CPU: bad settings refused with a message, the GPU script's
+    overrides against verl's config, `gmpo-plugins frameworks` on the example spec (TRL's side only
+    where a TRL virtualenv is found: TRL and verl 0.9.1 cannot share one). Runs in the verl session's
+    virtualenv."""
+    files = [name for names in VERL_E2E_RUNS.values() for name in names]
+    run_verl_e2e(session, VERL_E2E, *(arg for name in files for arg in ("--ignore", os.path.join(VERL_E2E, name))))
 
 
 # openrlhf 0.11.2's Requires-Dist, without torch (pinned above), flash-attn (its CUDA build
