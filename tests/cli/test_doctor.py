@@ -74,8 +74,8 @@ def test_doctor_reports_the_tested_range_and_whether_the_installed_version_is_in
         assert status == 0 and check["ok"] is True  # outside the range is reported, not a failure
         assert (check["version"], check["tested_range"], check["in_tested_range"]) == (
             installed,
-            "trl>=1.16.0,<1.17",
+            "trl>=1.14.2,<1.17",
             inside,
         )
         assert main(["doctor"]) == 0
-        assert f"TRL       {installed} (tested trl>=1.16.0,<1.17: {text})" in capsys.readouterr().out
+        assert f"TRL       {installed} (tested trl>=1.14.2,<1.17: {text})" in capsys.readouterr().out
