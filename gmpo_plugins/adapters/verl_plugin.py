@@ -13,6 +13,11 @@ is that entry point (``gmpo_plugins = gmpo_plugins.adapters.verl_plugin``). It i
        package, this entry point and the original exception,
     3. re-raises (verl then logs it at DEBUG and goes on).
 
+Either way it first installs the policy-loss check in verl's driver-side ``validate_config``
+(``verl_driver_check``), so that in the driver an unknown ``loss_mode``, a registry loss whose
+settings cannot be honoured, or a loss of this package that failed to load stops the launch
+before Ray, the workers and the models start.
+
 So asking for one of the losses in a process where the package failed to register fails
 at the loss's first call with the reason, never with an unknown-name error or a fallback.
 A later successful import of the adapter (``external_lib``) replaces the stand-ins (marked
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import logging
 
+from gmpo_plugins.adapters import verl_driver_check
 from gmpo_plugins.adapters.load_failure import STAND_IN, PluginLoadError, load_failure_message, stand_in
 from gmpo_plugins.adapters.names import BUILTIN_LOSS_NAMES, PREFIX
 
@@ -53,8 +59,9 @@ def register_stand_ins(error: BaseException) -> list[str]:
 
 
 def load() -> None:
-    """Import the adapter; on failure, steps 1-3 of the module docstring."""
+    """Install the driver check, import the adapter; on failure, steps 1-3 of the module docstring."""
     global FAILURE
+    verl_driver_check.install(lambda: FAILURE)
     try:
         __import__(ADAPTER)
     except Exception as error:

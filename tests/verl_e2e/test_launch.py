@@ -75,12 +75,9 @@ def test_bad_setting_exits_non_zero_with_a_message_naming_it(overrides, expected
     print(f"{overrides[-1]}: exit {code} after {seconds:.1f} s: {last}")
 
 
-CHECKED_ACTOR = "actor_rollout_ref.actor._target_=gmpo_plugins.adapters.verl.checked_config.CheckedFSDPActorConfig"
-
-
 def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before_ray_starts(tmp_path):
-    """verl's own ``python -m verl.trainer.main_ppo`` (no stand-ins): with the checked actor
-    config, verl's ``validate_config`` builds it in the driver and the typo stops the run there."""
+    """verl's own ``python -m verl.trainer.main_ppo`` (no stand-ins, no extra setting): the
+    entry point's check in verl's ``validate_config`` stops the typo in the driver."""
     start = time.monotonic()
     proc = subprocess.run(
         [
@@ -89,7 +86,6 @@ def test_a_plain_main_ppo_launch_with_an_unknown_loss_fails_in_the_driver_before
             "verl.trainer.main_ppo",
             *ASSETS,
             "algorithm.adv_estimator=grpo",
-            CHECKED_ACTOR,
             "actor_rollout_ref.actor.policy_loss.loss_mode=gmpo_typo",
         ],
         cwd=tmp_path,  # Hydra writes its outputs/ folder there

@@ -16,9 +16,8 @@ side effect of the import. Users who disable plugin autoloading
 
 Modules: ``options`` (config fields -> hyper-parameters and BatchInfo, refusals),
 ``checks`` (``check_policy_loss``: the same refusals on a composed config, before training,
-and the ``algorithm.rollout_correction`` settings verl would not apply to a registry loss),
-``checked_config`` (verl's FSDP actor config running that check when verl's driver builds it;
-not imported here),
+and the ``algorithm.rollout_correction`` settings verl would not apply to a registry loss;
+run in verl's driver-side ``validate_config`` by ``gmpo_plugins.adapters.verl_driver_check``),
 ``metrics`` (metric names), ``policy_loss`` (the function verl calls), ``registration``
 (names, no shadowing). ``python -m gmpo_plugins.adapters.verl`` prints the name table.
 """
