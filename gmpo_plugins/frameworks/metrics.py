@@ -1,15 +1,15 @@
 """Each trainer's own logged metrics in one vocabulary, one record per RL step.
 
     vocabulary      TRL (``log_history``,   verl (file logger, one       OpenRLHF (TensorBoard, one point
-                    one entry per           JSON line per RL step)       per global step = RL step; the
-                    optimiser step)                                      loss's side file)
+                    one entry per           JSON line per RL step)       per global step = RL step)
+                    optimiser step)
     reward          reward                  critic/score/mean            train/rollout/reward_mean
     policy_loss     policy_loss             actor/pg_loss                train/policy_loss
-    clip_frac_low   clip_ratio/low_mean     actor/gmpo/clip_frac_low     side file: clip_frac_low
-    clip_frac_high  clip_ratio/high_mean    actor/gmpo/clip_frac_high    side file: clip_frac_high
-    clip_frac_dual  clip_ratio/dual_mean    actor/gmpo/clip_frac_dual    side file: clip_frac_dual
-    log_ratio_min   log_ratio_min           actor/gmpo/log_ratio_min     side file: log_ratio_min
-    log_ratio_max   log_ratio_max           actor/gmpo/log_ratio_max     side file: log_ratio_max
+    clip_frac_low   clip_ratio/low_mean     actor/gmpo/clip_frac_low     train/gmpo/clip_frac_low
+    clip_frac_high  clip_ratio/high_mean    actor/gmpo/clip_frac_high    train/gmpo/clip_frac_high
+    clip_frac_dual  clip_ratio/dual_mean    actor/gmpo/clip_frac_dual    train/gmpo/clip_frac_dual
+    log_ratio_min   log_ratio_min           actor/gmpo/log_ratio_min     train/gmpo/log_ratio_min
+    log_ratio_max   log_ratio_max           actor/gmpo/log_ratio_max     train/gmpo/log_ratio_max
     entropy         entropy                 actor/entropy                (not logged: only with
                                                                          --actor.entropy_coef)
     kl              kl (when beta != 0)     actor/kl_loss (use_kl_loss)  train/kl (when kl_coef > 0)
@@ -61,12 +61,10 @@ count it was taken over. What each trainer gives to aggregate:
   the step's optimiser steps, as the others' is, and is left out: ``optimiser_steps``),
   ``rollout/reward_mean`` the plain mean of the reward over the step's samples,
   ``timing/step_total`` the sum of its generation, experience, training and weight-broadcast
-  times. The adapter adds the loss's metrics to OpenRLHF's log as ``train/gmpo/<key>``, reduced
-  by OpenRLHF's weighted means (a mean of the micro-batches' minima for ``log_ratio_min``:
-  ``gmpo_plugins.adapters.openrlhf.logged_metrics``); the reader takes them instead from the
-  side file the adapter writes when ``GMPO_PLUGINS_OPENRLHF_METRICS`` names one
-  (``gmpo_plugins.adapters.openrlhf.metrics_file``): one line per micro-batch with its
-  valid-token count, aggregated here as above (``openrlhf_loss_records``).
+  times. The adapter adds the loss's metrics to OpenRLHF's log as ``train/gmpo/<key>``: the
+  fractions reduced by OpenRLHF's token-weighted means over the RL step's micro-batches of every
+  rank, the extrema exact (the minimum of the minima, the maximum of the maxima:
+  ``gmpo_plugins.adapters.openrlhf.logged_metrics``), so they are this aggregation.
   OpenRLHF logs ``train/kl`` (0) without a reference model too: that is left out unless the
   spec's ``kl_coef`` is positive (``openrlhf_records(..., kl=False)``).
 
@@ -129,6 +127,11 @@ VERL_NAMES = {
 OPENRLHF_NAMES = {
     "reward": "train/rollout/reward_mean",
     "policy_loss": "train/policy_loss",
+    "clip_frac_low": "train/gmpo/clip_frac_low",
+    "clip_frac_high": "train/gmpo/clip_frac_high",
+    "clip_frac_dual": "train/gmpo/clip_frac_dual",
+    "log_ratio_min": "train/gmpo/log_ratio_min",
+    "log_ratio_max": "train/gmpo/log_ratio_max",
     "kl": "train/kl",
     "grad_norm": "train/actor_grad_norm",
     "step_time": "train/timing/step_total",
@@ -147,7 +150,6 @@ SKYRL_NAMES = {
     "step_time": "timing/step",
 }
 AGGREGATION = {"log_ratio_min": "min", "log_ratio_max": "max", "step_time": "sum"}  # others: "mean"
-OPENRLHF_LOSS_METRICS = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "log_ratio_min", "log_ratio_max")
 
 
 def aggregate(parts: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
@@ -238,43 +240,9 @@ def verl_records(lines: Iterable[str], memory: bool = True) -> list[dict[str, fl
     return records
 
 
-def openrlhf_loss_records(lines: Iterable[str], micro_batches_per_rl_step: int) -> dict[int, dict[str, float]]:
-    """The loss metrics of each RL step from the OpenRLHF adapter's side file (module docstring).
-
-    Args:
-        lines: the side file's lines, one JSON object per micro-batch (blank lines skipped):
-            ``{"rank", "tokens", "sequences", "metrics": {core key: value}}``.
-        micro_batches_per_rl_step: micro-batches per RL step on one rank, epochs included
-            (responses per step / ranks / micro_batch_size * epochs_per_batch).
-
-    Returns:
-        ``{RL step: {name: value}}`` for the names of ``OPENRLHF_LOSS_METRICS`` the loss
-        reported: token-weighted means, minimum of minima, maximum of maxima over the RL step's
-        micro-batches of every rank; ValueError for a rank whose line count is no whole number
-        of RL steps.
-    """
-    by_rank: dict[int, list[Mapping[str, Any]]] = {}
-    for line in lines:
-        if line.strip():
-            entry = json.loads(line)
-            by_rank.setdefault(int(entry["rank"]), []).append(entry)
-    parts: dict[int, list[tuple[Mapping[str, float], float]]] = {}
-    for rank, entries in sorted(by_rank.items()):
-        if len(entries) % micro_batches_per_rl_step:
-            raise ValueError(
-                f"rank {rank} wrote {len(entries)} micro-batches, "
-                f"not a multiple of {micro_batches_per_rl_step} per RL step"
-            )
-        for index, entry in enumerate(entries):
-            values = {name: float(entry["metrics"][name]) for name in OPENRLHF_LOSS_METRICS if name in entry["metrics"]}
-            parts.setdefault(index // micro_batches_per_rl_step + 1, []).append((values, float(entry["tokens"])))
-    return {step: aggregate([p for p in step_parts if p[1] > 0]) for step, step_parts in sorted(parts.items())}
-
-
 def openrlhf_records(
     scalars: Mapping[str, Sequence[Sequence[float]]],
     kl: bool = True,
-    loss: Mapping[int, Mapping[str, float]] | None = None,
     optimiser_steps: int = 1,
 ) -> list[dict[str, float]]:
     """One vocabulary record per RL step from OpenRLHF's TensorBoard scalars (module docstring).
@@ -283,7 +251,6 @@ def openrlhf_records(
         scalars: ``{tag: [(global step, value), ...]}`` as ``gmpo_plugins.frameworks.scalars``
             reads them; a step logged twice keeps its last value.
         kl: False when the run had no reference model (``kl_coef`` 0): ``train/kl`` is then left out.
-        loss: the loss metrics of each RL step (``openrlhf_loss_records``), merged into its record.
         optimiser_steps: optimiser steps per RL step (mini-batches times epochs); above 1,
             ``train/actor_grad_norm`` (the last optimiser step's) is left out.
 
@@ -300,7 +267,6 @@ def openrlhf_records(
                 continue
             if step in by_tag.get(tag, {}) and (kl or name != "kl"):
                 record[name] = by_tag[tag][step]
-        record.update((loss or {}).get(step, {}))
         records.append({"step": step, **ordered(record)})
     return records
 

@@ -43,7 +43,6 @@ from pathlib import Path
 
 from gmpo_plugins.frameworks.launch import Launch
 from gmpo_plugins.frameworks.metrics import (
-    openrlhf_loss_records,
     openrlhf_records,
     skyrl_records,
     trl_records,
@@ -51,7 +50,6 @@ from gmpo_plugins.frameworks.metrics import (
 )
 from gmpo_plugins.frameworks.spec import RunSpec
 from gmpo_plugins.frameworks.standins import (
-    OPENRLHF_METRICS_ENV,
     SKYRL_METRICS,
     LocalLaunch,
     StandinsError,
@@ -241,14 +239,9 @@ def read_records(
         return skyrl_records(json.loads((folder / SKYRL_METRICS).read_text()))
     if framework == "openrlhf":
         logdir = local.launch.argv[local.launch.argv.index(TENSORBOARD_FLAG) + 1]
-        side_file = Path(local.launch.env.get(OPENRLHF_METRICS_ENV, ""))
-        loss = None
-        if side_file.is_file():
-            per_step = spec.responses_per_step // spec.micro_batch_size * spec.epochs_per_batch
-            loss = openrlhf_loss_records(side_file.read_text().splitlines(), per_step)
         scalars = tensorboard_scalars(python, logdir, env)
         steps = spec.optimiser_steps_per_rl_step
-        return openrlhf_records(scalars, kl=spec.kl_coef > 0, loss=loss, optimiser_steps=steps)
+        return openrlhf_records(scalars, kl=spec.kl_coef > 0, optimiser_steps=steps)
     raise RunnerError(f"{framework}: no metrics reader")
 
 

@@ -54,9 +54,7 @@ folder (``LocalLaunch.first_update``): verl's rollout server saves every weight 
 receives (``VERL_CPU_SAVE_WEIGHTS``), OpenRLHF's vLLM engine the weights of its first sync
 (``record/engine_weights_1.pt``), TRL's callback the model after the last optimiser step of RL step 1
 (``TRL_CPU_FIRST_UPDATE``), SkyRL's engine the weights SkyRL synced after each RL step
-(``params_step1.pt``, beside its logged metrics in ``metrics.json``: ``SKYRL_METRICS``). An
-OpenRLHF launch also names the adapter's side file of loss metrics, ``loss_metrics.jsonl`` in its
-folder (``OPENRLHF_METRICS_ENV``; ``metrics``).
+(``params_step1.pt``, beside its logged metrics in ``metrics.json``: ``SKYRL_METRICS``).
 
 A sync happens once per RL step, after its last optimiser step. The parameters after each
 optimiser step k = 1..K of RL step 1 (``LocalLaunch.step_params``, K the spec's optimiser steps per
@@ -100,8 +98,6 @@ OPENRLHF_CPU_ARGS = ("--ds.attn_implementation", "sdpa")
 OPENRLHF_RAY = {"num_cpus": 6, "num_gpus": 3}  # logical: the actor, a reference model, one vLLM engine
 OPENRLHF_RECORD = "record"  # under the run's folder: the stand-in engine's completions and weights
 OPENRLHF_RECORD_ENV = "OPENRLHF_E2E_RECORD_DIR"
-OPENRLHF_METRICS_ENV = "GMPO_PLUGINS_OPENRLHF_METRICS"  # the adapter's side file of loss metrics
-OPENRLHF_METRICS = "loss_metrics.jsonl"
 OPENRLHF_FIRST_SYNC = "engine_weights_1.pt"  # the weights of the engine's first sync: after RL step 1
 SKYRL_SCRIPT = "skyrl_main.py"  # the launch's script (translate.skyrl), which binds the reward to _reward
 SKYRL_STANDINS = (
@@ -223,7 +219,7 @@ def _openrlhf(launch: Launch, python: str, folder: Path) -> LocalLaunch:
         _require_examples("openrlhf", python, "openrlhf_cpu/standins", "sitecustomize.py")
     ray_dir = tempfile.mkdtemp(prefix=RAY_DIR_PREFIX, dir="/tmp")
     argv = (*OPENRLHF_MODULE, *launch.argv[1:], *OPENRLHF_COUNTS)
-    env = {**launch.env, "RAY_TMPDIR": ray_dir, OPENRLHF_METRICS_ENV: str(folder / OPENRLHF_METRICS)}
+    env = {**launch.env, "RAY_TMPDIR": ray_dir}
     if gpus > 0:
         return LocalLaunch(replace(launch, argv=argv, env=env), ray_dir=ray_dir)
     record = folder / OPENRLHF_RECORD

@@ -7,16 +7,13 @@ import json
 
 import pytest
 
-from gmpo_plugins.adapters.openrlhf.metrics_file import METRICS_FILE_ENV
 from gmpo_plugins.frameworks.metrics import (
     aggregate,
-    openrlhf_loss_records,
     openrlhf_records,
     skyrl_records,
     trl_records,
     verl_records,
 )
-from gmpo_plugins.frameworks.standins import OPENRLHF_METRICS_ENV
 
 
 def test_optimiser_steps_are_grouped_into_rl_steps():
@@ -149,27 +146,17 @@ def test_openrlhf_a_step_logged_twice_keeps_its_last_value_and_a_missing_tag_is_
     assert openrlhf_records({"train/actor_grad_norm": [[1, 1.0]]}) == []  # no policy loss: no RL step ran
 
 
-def side_line(tokens: int, rank: int = 0, **metrics: float) -> str:
-    return json.dumps({"rank": rank, "tokens": tokens, "sequences": 2, "metrics": metrics})
-
-
-def test_openrlhf_side_file_token_weighted_per_rl_step_and_merged():
-    lines = [
-        # RL step 1: two micro-batches of 6 and 2 tokens
-        side_line(6, clip_frac_low=0.5, clip_frac_high=0.0, log_ratio_min=-0.25, log_ratio_max=0.5, policy_loss=1.0),
-        side_line(2, clip_frac_low=0.0, clip_frac_high=1.0, log_ratio_min=-0.75, log_ratio_max=0.25),
-        "",
-        # RL step 2
-        side_line(4, clip_frac_low=0.25, clip_frac_high=0.25, log_ratio_min=0.0, log_ratio_max=0.0),
-        side_line(4, clip_frac_low=0.75, clip_frac_high=0.0, log_ratio_min=-0.5, log_ratio_max=1.0),
-    ]
-    loss = openrlhf_loss_records(lines, micro_batches_per_rl_step=2)
-    assert loss == {
-        # (6 * 0.5 + 2 * 0) / 8, (6 * 0 + 2 * 1) / 8; policy_loss is OpenRLHF's own (TensorBoard), not read here
-        1: {"clip_frac_low": 0.375, "clip_frac_high": 0.25, "log_ratio_min": -0.75, "log_ratio_max": 0.5},
-        2: {"clip_frac_low": 0.5, "clip_frac_high": 0.125, "log_ratio_min": -0.5, "log_ratio_max": 1.0},
+def test_openrlhf_loss_metrics_are_read_from_openrlhfs_own_log():
+    # the adapter logs them as train/gmpo/<key>, already this aggregation (logged_metrics)
+    scalars = {
+        **OPENRLHF_SCALARS,
+        "train/gmpo/clip_frac_low": [[1, 0.375], [2, 0.5]],
+        "train/gmpo/clip_frac_high": [[1, 0.25], [2, 0.125]],
+        "train/gmpo/log_ratio_min": [[1, -0.75], [2, -0.5]],
+        "train/gmpo/log_ratio_max": [[1, 0.5], [2, 1.0]],
+        "train/gmpo/ppo_kl": [[1, 0.01], [2, 0.02]],  # no vocabulary name: not read
     }
-    records = openrlhf_records(OPENRLHF_SCALARS, kl=False, loss=loss)
+    records = openrlhf_records(scalars, kl=False)
     assert records[0] == {
         "step": 1,
         "reward": 1.5,
@@ -182,39 +169,7 @@ def test_openrlhf_side_file_token_weighted_per_rl_step_and_merged():
         "step_time": 0.5,
     }
     assert list(records[0]) == ["step", *[name for name in records[0] if name != "step"]]
-
-
-def test_openrlhf_side_file_ranks_are_pooled_and_a_partial_step_refused():
-    lines = [side_line(2, rank=0, clip_frac_low=1.0), side_line(6, rank=1, clip_frac_low=0.0)]
-    assert openrlhf_loss_records(lines, micro_batches_per_rl_step=1) == {1: {"clip_frac_low": 0.25}}  # 2 / 8
-    with pytest.raises(ValueError, match="rank 0 wrote 3 micro-batches, not a multiple of 2 per RL step"):
-        openrlhf_loss_records([side_line(1)] * 3, micro_batches_per_rl_step=2)
-
-
-def test_the_stand_ins_name_the_side_file_the_adapter_writes():
-    assert OPENRLHF_METRICS_ENV == METRICS_FILE_ENV
-
-
-def test_the_openrlhf_side_file_holds_each_micro_batchs_metrics_and_counts(tmp_path, monkeypatch):
-    import torch
-
-    from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
-
-    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])  # 3 valid tokens in 2 sequences
-    metrics = {"clip_frac_low": torch.tensor(1 / 3), "log_ratio_min": torch.tensor(-0.5)}
-    record_loss_metrics(metrics, mask)  # no file named: nothing written
-    assert list(tmp_path.iterdir()) == []
-    monkeypatch.setenv(METRICS_FILE_ENV, str(tmp_path / "loss.jsonl"))
-    record_loss_metrics(metrics, mask)
-    record_loss_metrics(metrics, mask)
-    lines = (tmp_path / "loss.jsonl").read_text().splitlines()
-    assert len(lines) == 2
-    assert json.loads(lines[0]) == {
-        "rank": 0,
-        "tokens": 3,
-        "sequences": 2,
-        "metrics": {"clip_frac_low": pytest.approx(1 / 3), "log_ratio_min": -0.5},
-    }
+    assert records[1]["log_ratio_max"] == 1.0 and "clip_frac_dual" not in records[1]
 
 
 def test_skyrl_payloads_map_to_the_vocabulary_in_step_order():

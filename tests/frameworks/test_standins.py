@@ -64,7 +64,6 @@ def test_without_a_gpu_openrlhf_runs_on_the_checkouts_standins(placed, write_spe
     assert Path(local.ray_dir).is_dir() and Path(local.ray_dir).name.startswith(standins.RAY_DIR_PREFIX)
     assert env["OPENRLHF_E2E_RECORD_DIR"] == str(tmp_path / "run" / "record")
     assert local.first_update == str(tmp_path / "run" / "record" / "engine_weights_1.pt")
-    assert env["GMPO_PLUGINS_OPENRLHF_METRICS"] == str(tmp_path / "run" / "loss_metrics.jsonl")
     assert env["TORCHDYNAMO_DISABLE"] == "1" and env["PATH"].startswith("/venvs/openrlhf/bin:")
     assert "TORCH_EXTENSIONS_DIR" not in env  # /venvs cannot be written here: torch's own cache folder
 
@@ -87,9 +86,8 @@ def test_with_a_gpu_openrlhf_runs_as_translated_with_one_engine_and_rank(placed,
     assert local.standins == "" and local.pythonpath == ()
     assert got["--vllm.num_engines"] == ["1"] and got["--ref.num_gpus_per_node"] == ["1"]
     assert "--ds.attn_implementation" not in got and got["--ds.param_dtype"] == ["bf16"]
-    assert set(local.launch.env) == {"RAY_TMPDIR", standins.OPENRLHF_METRICS_ENV}  # no stand-in saves steps
+    assert set(local.launch.env) == {"RAY_TMPDIR"}  # no stand-in saves steps
     assert local.step_params == ()
-    assert local.launch.env[standins.OPENRLHF_METRICS_ENV].endswith("/run/loss_metrics.jsonl")
 
 
 def test_fp32_on_a_gpu_is_refused(placed, write_spec):

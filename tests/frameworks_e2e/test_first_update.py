@@ -1,5 +1,5 @@
 """The first RL step, identical across trainers with the clip acting: the example spec through
-verl's RayPPOTrainer, OpenRLHF's train_ppo_ray and TRL's GRPOTrainer (each in its own virtualenv,
+verl's v1 trainer (PPOTrainerSync), OpenRLHF's train_ppo_ray and TRL's GRPOTrainer (each in its own virtualenv,
 on the CPU stand-ins, which all draw the first rollout from examples/seeded_generation.py), then
 ``gmpo_plugins.frameworks.first_update`` on the parameters each left after every optimiser step of
 the first RL step (``examples/optimiser_steps.py``: a hook on each trainer's optimiser step).
@@ -99,7 +99,7 @@ def test_the_first_rl_step_is_the_same_in_verl_openrlhf_and_trl_with_the_clip_ac
     assert records["first_update_identical"] is True
     assert report.count(" | identical | ") == 6 and "### Optimiser step 2 of 2" in report
     assert_last_step_is_the_synced_one(folder / "run", ("verl", "openrlhf", "trl"), 2)
-    # the clip acted, the same way in each trainer's own log (the side file for OpenRLHF's)
+    # the clip acted, the same way in each trainer's own log
     verl = step_one(records, "verl")
     assert verl["clip_frac_low"] > 0 and verl["clip_frac_high"] > 0
     assert verl["log_ratio_min"] < -0.4 or verl["log_ratio_max"] > 0.4  # beyond the clip bound

@@ -38,8 +38,9 @@ imported (a post-import hook), so a process that never imports it is untouched:
 ``gmpo_plugins.adapters.openrlhf.patch`` (only with ``OPENRLHF_E2E_RECORD_DIR`` set)
     A marker: every call of the registry loss appends one JSON line to ``loss_calls.jsonl`` there (Ray
     actor class, process id, torch.distributed rank, loss type, micro-batch rows and valid tokens, the
-    ``gmpo_plugins`` package file), so a test can count where and how often the loss ran, and from
-    which checkout. The loss itself is unchanged.
+    ``gmpo_plugins`` package file, the loss's metrics as it handed them to OpenRLHF's logger), so a
+    test can count where and how often the loss ran, from which checkout, and what its logger was
+    given. The loss itself is unchanged.
 ``deepspeed.runtime.engine`` (only with ``GMPO_CPU_STEP_PARAMS`` set: ``examples/optimiser_steps.py``)
     The actor's parameters after each optimiser step of RL step 1. OpenRLHF syncs its vLLM engines once per
     RL step, after the step's last optimiser step (``engine_weights_1.pt`` of the vLLM stand-in), so the
@@ -202,11 +203,18 @@ def _patch_loss_marker(module):
     os.makedirs(os.environ["OPENRLHF_E2E_RECORD_DIR"], exist_ok=True)
     path = os.path.join(os.environ["OPENRLHF_E2E_RECORD_DIR"], "loss_calls.jsonl")
     original = module.registry_forward
+    original_keep = module.keep
+    kept = []
+
+    def keep(metrics):
+        kept.append({key: float(value) for key, value in metrics.items()})
+        original_keep(metrics)
 
     @functools.wraps(original)
     def registry_forward(plan, log_probs, old_log_probs, advantages, action_mask, *args, **kwargs):
         import torch.distributed as dist
 
+        kept.clear()
         result = original(plan, log_probs, old_log_probs, advantages, action_mask, *args, **kwargs)
         record = {
             "actor_class": _actor_class(),
@@ -216,12 +224,14 @@ def _patch_loss_marker(module):
             "rows": int(log_probs.shape[0]),
             "tokens": int(action_mask.sum()) if action_mask is not None else int(log_probs.numel()),
             "gmpo_plugins": sys.modules["gmpo_plugins"].__file__,
+            "metrics": kept[-1] if kept else None,
         }
         with open(path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
         return result
 
     module.registry_forward = registry_forward
+    module.keep = keep
 
 
 def _patch_head_marker(module):

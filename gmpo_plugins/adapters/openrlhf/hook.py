@@ -48,9 +48,9 @@ def _patch(module: ModuleType) -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
-    from gmpo_plugins.adapters.openrlhf.logged_metrics import patch_training_step
+    from gmpo_plugins.adapters.openrlhf.logged_metrics import patch_trainer
 
-    patch_training_step(module)
+    patch_trainer(module)
 
 
 PATCHES = {TARGET: _patch, TRAINER: _patch_trainer}

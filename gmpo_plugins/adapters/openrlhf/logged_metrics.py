@@ -4,30 +4,30 @@ OpenRLHF 0.11's ``ActorPPOTrainer.training_step`` keeps only ``clip_ratio`` and 
 5-tuple its ``PolicyLoss`` returns, and returns ``{"metrics": {name: value}, "weights": {name:
 "token" | "sample" | None}, "num_samples", "num_action_tokens"}``. Its ``ppo_train`` reduces each
 weighted entry over micro-batches, ranks and the RL step's optimiser steps, and the driver logs the
-result as ``train/<name>`` (TensorBoard, wandb). This module wraps ``training_step`` (not
-``ppo_train``): while it runs, the patched PolicyLoss hands its ``LossOutput.metrics`` to ``keep``;
+result as ``train/<name>`` (TensorBoard, wandb). This module wraps both methods. While
+``training_step`` runs, the patched PolicyLoss hands its ``LossOutput.metrics`` to ``keep``;
 afterwards every key k of the last call except ``policy_loss`` (which OpenRLHF logs itself) is
-added to the returned dicts as ``gmpo/k``:
+added to the returned dicts as ``gmpo/k``, and ``ppo_train`` replaces the entries a weighted mean
+cannot give by their exact values over the RL step:
 
-    key                                   weight     train/gmpo/k after ppo_train
-    seq_weight_mean, seq_weight_min/max   "sample"   sum_j n_j v_j / sum_j n_j,  n_j = rows (responses)
-    every other key (clip_frac_low,       "token"    sum_j t_j v_j / sum_j t_j,  t_j = valid tokens
-      clip_frac_high, clip_frac, ppo_kl,
-      log_ratio_min/max, nonfinite_tokens)
+    key                                   train/gmpo/k (j: the RL step's micro-batches on every rank)
+    log_ratio_min, seq_weight_min         min_j v_j
+    log_ratio_max, seq_weight_max         max_j v_j
+    nonfinite_tokens                      sum_j v_j (a token counts again in each epoch)
+    seq_weight_mean                       sum_j n_j v_j / sum_j n_j,  n_j = rows (OpenRLHF's "sample")
+    every other key (clip_frac_low,       sum_j t_j v_j / sum_j t_j,  t_j = valid tokens
+      clip_frac_high, clip_frac_dual,     (OpenRLHF's "token" weight: exact for fractions and means)
+      clip_frac, ppo_kl)
 
-with j over the RL step's micro-batches on every rank (OpenRLHF's own reduction; the values stay
-0-dim tensors, which ``ppo_train`` reads with one ``.item()`` each as it does its own). A weighted
-mean is exact for the fractions and means. It is not for extrema and counts: ``gmpo/log_ratio_min``
-is the token-weighted mean of the micro-batches' minima (not the minimum), ``gmpo/seq_weight_max``
-the response-weighted mean of their maxima, ``gmpo/nonfinite_tokens`` the token-weighted mean of
-their counts (above 0 whenever one was seen). The exact values, per micro-batch with its counts,
-are in the side file (``metrics_file``, ``GMPO_PLUGINS_OPENRLHF_METRICS``), which the
-``gmpo-plugins frameworks`` report reads.
+The values stay 0-dim tensors until ``ppo_train`` reads them (OpenRLHF reads its own with one
+``.item()`` each per micro-batch; the exact entries are reduced once per RL step: a min, max or
+sum on each rank, then one ``all_reduce`` each across ranks through OpenRLHF's strategy). The
+``gmpo-plugins frameworks`` report reads them from OpenRLHF's TensorBoard log.
 
-Only a ``training_step`` in which a registry loss ran is changed; with ppo/gspo it returns
-OpenRLHF's result untouched. When a registry loss ran and the result is not the dict shape above,
-or ``self.actor_loss_fn`` is a registry loss that ``training_step`` did not call, it raises
-``UpstreamDriftError``.
+Only a ``training_step`` or ``ppo_train`` in which a registry loss ran is changed; with ppo/gspo
+they return OpenRLHF's result untouched. When a registry loss ran and the result is not the dict
+shape above, or ``self.actor_loss_fn`` is a registry loss that ``training_step`` did not call, it
+raises ``UpstreamDriftError``.
 """
 
 from __future__ import annotations
@@ -44,8 +44,17 @@ from gmpo_plugins.adapters.upstream import UpstreamDriftError, framework_version
 PREFIX = "gmpo/"
 LOGGED_BY_OPENRLHF = frozenset({"policy_loss"})
 SAMPLE_WEIGHTED = frozenset({"seq_weight_mean", "seq_weight_min", "seq_weight_max"})
+EXACT = {
+    "log_ratio_min": "min",
+    "seq_weight_min": "min",
+    "log_ratio_max": "max",
+    "seq_weight_max": "max",
+    "nonfinite_tokens": "sum",
+}
+"""The keys ``ppo_train`` logs exactly over the RL step, and how (module docstring)."""
 _PATCHED = "__gmpo_plugins_logged_metrics__"
 _kept: contextvars.ContextVar[list[Mapping[str, Any]] | None] = contextvars.ContextVar("gmpo_openrlhf_kept")
+_step: contextvars.ContextVar[list[Mapping[str, Any]] | None] = contextvars.ContextVar("gmpo_openrlhf_step")
 
 
 def weight(key: str) -> str:
@@ -99,6 +108,9 @@ def logging_training_step(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _kept.reset(token)
         if kept:
+            step = _step.get(None)
+            if step is not None:
+                step.append(kept[-1])
             return with_loss_metrics(status, kept[-1])
         if registry_plan(getattr(self, "actor_loss_fn", None)) is not None:
             raise UpstreamDriftError(
@@ -111,11 +123,57 @@ def logging_training_step(original: Callable[..., Any]) -> Callable[..., Any]:
     return training_step
 
 
-def patch_training_step(module: ModuleType) -> None:
-    """Wrap ``module.ActorPPOTrainer.training_step`` (``openrlhf.trainer.ray.ppo_actor``) by
-    ``logging_training_step``; idempotent. A module without that method is left alone."""
+def exact_over_ranks(step: list[Mapping[str, Any]], strategy: Any) -> dict[str, float]:
+    """The ``EXACT`` entries of an RL step: each key's min, max or sum over this rank's micro-batch
+    metrics ``step``, then over the ranks through ``strategy.all_reduce`` (OpenRLHF's, which knows
+    "max" and "sum": a minimum is minus the maximum of the negated values)."""
+    import torch
+
+    local: dict[str, dict[str, float]] = {"min": {}, "max": {}, "sum": {}}
+    for key, how in EXACT.items():
+        values = [metrics[key] for metrics in step if key in metrics]
+        if values:
+            stacked = torch.stack([torch.as_tensor(v).detach().float().cpu() for v in values])
+            local[how][key] = float(
+                stacked.sum() if how == "sum" else stacked.amax() if how == "max" else stacked.amin()
+            )
+    exact: dict[str, float] = {}
+    if local["max"]:
+        exact.update(strategy.all_reduce(local["max"], op="max"))
+    if local["min"]:
+        exact.update(
+            {k: -v for k, v in strategy.all_reduce({k: -v for k, v in local["min"].items()}, op="max").items()}
+        )
+    if local["sum"]:
+        exact.update(strategy.all_reduce(local["sum"], op="sum"))
+    return exact
+
+
+def logging_ppo_train(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ActorPPOTrainer.ppo_train`` whose result holds the ``EXACT`` entries (module docstring)."""
+
+    @functools.wraps(original)
+    def ppo_train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _step.set([])
+        try:
+            status = original(self, *args, **kwargs)
+            step = _step.get()
+        finally:
+            _step.reset(token)
+        if step:
+            status.update({PREFIX + key: value for key, value in exact_over_ranks(step, self.strategy).items()})
+        return status
+
+    setattr(ppo_train, _PATCHED, True)
+    return ppo_train
+
+
+def patch_trainer(module: ModuleType) -> None:
+    """Wrap ``module.ActorPPOTrainer.training_step`` and ``ppo_train`` (``openrlhf.trainer.ray.ppo_actor``)
+    by ``logging_training_step`` and ``logging_ppo_train``; idempotent. A module without those
+    methods is left alone."""
     trainer = getattr(module, "ActorPPOTrainer", None)
-    original = getattr(trainer, "training_step", None)
-    if trainer is None or original is None or getattr(original, _PATCHED, False):
-        return
-    trainer.training_step = logging_training_step(original)
+    for name, wrap in (("training_step", logging_training_step), ("ppo_train", logging_ppo_train)):
+        original = getattr(trainer, name, None)
+        if trainer is not None and original is not None and not getattr(original, _PATCHED, False):
+            setattr(trainer, name, wrap(original))

@@ -24,7 +24,7 @@ UnsupportedOpenRLHFVersionError naming the signature, and runs OpenRLHF's own pp
 untouched (``refuse_registry_losses``).
 
 Every metric of ``out`` also goes to OpenRLHF's logger as ``gmpo/<key>`` (``logged_metrics``, through
-``training_step``) and to the side file of ``metrics_file`` when it is named.
+``training_step`` and ``ppo_train``).
 
 The 5-tuple is OpenRLHF 0.11.2's ``(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio)``;
 the last two are None without IS correction, and OpenRLHF's values with it (the correction
@@ -51,7 +51,6 @@ from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
 from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection, rollout_is_weights
 from gmpo_plugins.adapters.openrlhf.logged_metrics import keep
-from gmpo_plugins.adapters.openrlhf.metrics_file import record_loss_metrics
 from gmpo_plugins.adapters.openrlhf.options import (
     OPENRLHF_OWN,
     LossPlan,
@@ -160,7 +159,6 @@ def registry_forward(
         validate=value_checks_enabled(f"openrlhf:{plan.policy_loss_type}"),
         **plan.hparams,
     )
-    record_loss_metrics(out.metrics, mask)
     keep(out.metrics)
     zero = torch.zeros((), dtype=out.loss.dtype, device=out.loss.device)
     return out.loss, out.metrics.get("clip_frac", zero), out.metrics.get("ppo_kl", zero), vllm_kl, filter_ratio

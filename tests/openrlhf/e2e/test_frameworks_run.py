@@ -2,8 +2,8 @@
 CPU stand-ins of examples/openrlhf_cpu where there is no GPU) trains the example spec in fp32 in a
 subprocess; OpenRLHF's TensorBoard metrics come back per RL step in the run's vocabulary, the reward
 being the spec's reward over the completions the rollout engine generated; OpenRLHF's own logger shows
-the registry loss's metrics as ``train/gmpo/<key>``, its token-weighted means of the adapter's side
-file's micro-batches; the actor's weights after
+the registry loss's metrics as ``train/gmpo/<key>``, token-weighted means of the micro-batches'
+values and exact extrema, and the report reads them from there; the actor's weights after
 the first optimiser step are one Adam step away from the initial model; a run that fails leaves an
 incomplete report and no process of its Ray instance behind."""
 
@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 # every vocabulary metric OpenRLHF logs for the example (train/kl is left out: kl_coef is 0)
 # (not train/actor_grad_norm: OpenRLHF logs its last optimiser step's, and an RL step here has two)
 LOGGED = ("reward", "policy_loss", "step_time")  # OpenRLHF's TensorBoard scalars
-# the registry loss's own metrics, from the side file the adapter writes (token-weighted over the RL step)
-SIDE_FILE = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
+# the registry loss's own metrics, which the adapter adds to OpenRLHF's log as train/gmpo/<key>
+LOSS_LOGGED = ("clip_frac_low", "clip_frac_high", "log_ratio_min", "log_ratio_max")
 RESPONSES_PER_STEP = 4  # the example: 2 prompts x 2 responses, two epochs over them per RL step
 LEARNING_RATE = 100.0  # the example's, with adam_eps = 100: each step moves a weight by less than lr
 
@@ -92,8 +92,8 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     # the spec's 3 steps, one record per OpenRLHF global step
     assert [record["step"] for record in result["records"]] == [1, 2, 3]
     for record in result["records"]:
-        assert set(record) == {"step", *LOGGED, *SIDE_FILE}
-        assert all(math.isfinite(record[name]) for name in (*LOGGED, *SIDE_FILE))
+        assert set(record) == {"step", *LOGGED, *LOSS_LOGGED}
+        assert all(math.isfinite(record[name]) for name in (*LOGGED, *LOSS_LOGGED))
         assert record["step_time"] > 0
         assert 0 <= record["clip_frac_low"] <= 1 and 0 <= record["clip_frac_high"] <= 1
         assert record["log_ratio_min"] < record["log_ratio_max"]  # the second epoch is off-policy
@@ -112,36 +112,34 @@ def test_the_example_trains_in_openrlhf_and_its_metrics_come_back_per_step(ran):
     assert {call["policy_loss_type"] for call in calls} == {"gmpo_plugins.gmpo"}
 
 
-def test_openrlhfs_logger_shows_the_loss_metrics_as_token_weighted_means_of_the_micro_batches(ran):
+def test_openrlhfs_logger_shows_the_loss_metrics_over_the_rl_step_and_the_report_reads_them(ran):
     from gmpo_plugins.frameworks.scalars import scalars
 
     logged = scalars(ran.out / "openrlhf" / "tensorboard")
-    side_file = (ran.out / "openrlhf" / "loss_metrics.jsonl").read_text().splitlines()
-    entries = [json.loads(line) for line in side_file if line.strip()]
+    calls = (ran.out / "openrlhf" / "record" / "loss_calls.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in calls if line.strip()]
     assert len(entries) == 6  # 3 RL steps x 2 epochs x 1 micro-batch, one rank
     records = json.loads((ran.out / "records.json").read_text())["runs"]["openrlhf"]["records"]
     for step, record in enumerate(records, start=1):
         first, second = entries[2 * step - 2 : 2 * step]  # the two epochs over the step's 4 responses
-        assert first["tokens"] == second["tokens"] > 0 and first["sequences"] == second["sequences"] == 4
-        value = {key: dict(map(tuple, logged[f"train/gmpo/{key}"]))[step] for key in (*SIDE_FILE, "seq_weight_mean")}
-        for key in SIDE_FILE:  # OpenRLHF's token weights: t_1 v_1 + t_2 v_2 over t_1 + t_2 (here t_1 = t_2)
-            expected = (first["tokens"] * first["metrics"][key] + second["tokens"] * second["metrics"][key]) / (
-                first["tokens"] + second["tokens"]
-            )
+        assert first["tokens"] == second["tokens"] > 0 and first["rows"] == second["rows"] == 4
+        value = {key: dict(map(tuple, logged[f"train/gmpo/{key}"]))[step] for key in (*LOSS_LOGGED, "seq_weight_mean")}
+        tokens = first["tokens"] + second["tokens"]
+        for key in ("clip_frac_low", "clip_frac_high"):  # OpenRLHF's token weights: t_1 v_1 + t_2 v_2 over t_1 + t_2
+            expected = (first["tokens"] * first["metrics"][key] + second["tokens"] * second["metrics"][key]) / tokens
             assert value[key] == pytest.approx(expected, rel=1e-5, abs=1e-6), (step, key)
         assert value["seq_weight_mean"] == pytest.approx(
             (first["metrics"]["seq_weight_mean"] + second["metrics"]["seq_weight_mean"]) / 2, rel=1e-5, abs=1e-6
         )
-        assert record["clip_frac_low"] == pytest.approx(value["clip_frac_low"], rel=1e-5, abs=1e-6)
-        # the record keeps the step's extremum (side file), OpenRLHF the mean of the epochs' extrema, which
-        # differ: the first epoch is on-policy, the second is not
+        # the extrema are the step's, not OpenRLHF's weighted mean of the epochs' extrema (which differ:
+        # the first epoch is on-policy, the second is not)
         minima = (first["metrics"]["log_ratio_min"], second["metrics"]["log_ratio_min"])
         maxima = (first["metrics"]["log_ratio_max"], second["metrics"]["log_ratio_max"])
-        assert record["log_ratio_min"] == pytest.approx(min(minima), rel=1e-6)
-        assert record["log_ratio_max"] == pytest.approx(max(maxima), rel=1e-6)
-        # strictly: the epochs' extrema differ; the sign of the mean is not fixed (OpenRLHF draws the step's
-        # prompts unseeded, and on some draws every log-ratio falls in the second epoch)
-        assert record["log_ratio_min"] < value["log_ratio_min"] <= value["log_ratio_max"] < record["log_ratio_max"]
+        assert value["log_ratio_min"] == pytest.approx(min(minima), rel=1e-6)
+        assert value["log_ratio_max"] == pytest.approx(max(maxima), rel=1e-6)
+        assert value["log_ratio_min"] < sum(minima) / 2 and sum(maxima) / 2 < value["log_ratio_max"]
+        # the report's record is OpenRLHF's logged value
+        assert {key: record[key] for key in LOSS_LOGGED} == pytest.approx({key: value[key] for key in LOSS_LOGGED})
     assert sum(point[1] for point in logged["train/gmpo/clip_frac_high"]) > 0  # the clip acted
     assert logged["train/gmpo/clip_frac"] == logged["train/ppo_clip_ratio"]  # OpenRLHF's own, the same reduction
     assert "train/gmpo/policy_loss" not in logged and "train/policy_loss" in logged
