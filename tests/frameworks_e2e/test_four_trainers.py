@@ -1,7 +1,7 @@
 """gmpo through the four trainers in one report: the example aligned for SkyRL
 (``examples/frameworks/tiny_adam.toml``: AdamW eps 1e-8, the one setting verl, OpenRLHF, TRL and
-SkyRL share, one RL step of two optimiser steps on the step's two prompts) through verl's
-RayPPOTrainer, OpenRLHF's train_ppo_ray, TRL's GRPOTrainer and SkyRL's RayPPOTrainer, each in its
+SkyRL share, one RL step of two optimiser steps on the step's two prompts) through verl's v1
+trainer (PPOTrainerSync), OpenRLHF's train_ppo_ray, TRL's GRPOTrainer and SkyRL's RayPPOTrainer, each in its
 own virtualenv on the CPU stand-ins (``examples/{verl,openrlhf,trl,skyrl}_cpu``; all draw the first
 rollout from ``examples/seeded_generation.py`` and score it with the example's reward), then the
 sign-like comparison of ``gmpo_plugins.frameworks.first_update`` on the parameters each left after

@@ -1,7 +1,7 @@
 """A second loss through all four trainers, its dual clip acting: grpo with a dual clip of 1.05 on
 the example aligned for SkyRL (``examples/frameworks/tiny_adam.toml``: AdamW eps 1e-8, one RL
 step of two optimiser steps, compared after each), on 8 responses (4 prompts, every row of its
-dataset, one mini-batch, one forward/backward pass), through verl's RayPPOTrainer, OpenRLHF's
+dataset, one mini-batch, one forward/backward pass), through verl's v1 trainer (PPOTrainerSync), OpenRLHF's
 train_ppo_ray, TRL's GRPOTrainer and SkyRL's RayPPOTrainer, each in its own virtualenv on the CPU
 stand-ins.
 
