@@ -1,9 +1,10 @@
 """SkyRL's ``rollout_logprobs`` reach the registry loss as ``LossInputs.rollout_log_probs``
 (``adapters/skyrl/options.py``, rollout log-probs): through SkyRL's registry, its advantage
 pre-scaling and the worker's arithmetic (``helpers.skyrl_step``), a loss that reads them and a
-core correction option equal the core on the whole mini-batch; without them (or with
-``generator.sampling_params.logprobs=null``) the refusal names the setting, and SkyRL's own
-``off_policy_correction`` beside the core's is refused naming both."""
+core correction option equal the core on the whole mini-batch (``rollout_bypass``: the ratio
+against them); without them (or with ``generator.sampling_params.logprobs=null``) the refusal
+names the setting, and SkyRL's own ``off_policy_correction`` beside the core's is refused naming
+both."""
 
 from __future__ import annotations
 
@@ -88,3 +89,17 @@ def test_skyrls_correction_beside_the_cores_is_refused_by_both_names(registered,
     )
     with pytest.raises(SkyRLConfigError, match=both):
         skyrl_step(_fn(name), make_batch(), config, rollout=True)
+
+
+def test_rollout_bypass_takes_the_ratio_against_the_rollout_log_probs(registered, monkeypatch):
+    """The override the cispo_anchor refusal points other losses to: ``rollout_bypass`` gives the
+    core's loss and gradient with old_log_probs := rollout_logprobs."""
+    monkeypatch.setenv(OVERRIDE_ENV, json.dumps({"rollout_bypass": True}))
+    batch = make_batch()
+    config = algorithm_config("grpo", "sequence_mean")
+    hparams = core_hparams("grpo", config)
+    want, want_grad, _ = core_step("grpo", {**batch, "old_log_probs": batch["rollout_logprobs"]}, hparams)
+    plain, _, _ = core_step("grpo", batch, hparams)
+    assert abs(want - plain) > 1e-4  # the anchor matters on this batch
+    got, grad = skyrl_step(_fn("grpo"), batch, config, dp_size=2, micro_batches=2, rollout=True)
+    _close(got, grad, want, want_grad)

@@ -14,7 +14,8 @@ registry actor, where every worker finds it. ``--names`` prints which
 Before SkyRL starts Ray, the overrides are read into SkyRL's config, validated by SkyRL
 (``validate_cfg``) and by the selected registry loss (``check_config``): a setting the loss
 cannot honour (``loss_reduction`` it cannot express, ``eps_clip_low=0`` with gmpo, a loss or
-correction option that reads the rollout log-probs with ``generator.sampling_params.logprobs=null``, ...) or a
+correction option that reads the rollout log-probs, or ``cispo.cispo_anchor=rollout``, with
+``generator.sampling_params.logprobs=null``, ...) or a
 ``policy_loss_type`` nobody registered exits with status 2 and one line naming the setting,
 within seconds, instead of failing at the loss's first call inside a Ray worker. So does a
 SkyRL whose trainer no longer pre-scales the advantages as the adapter relies on
@@ -30,8 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gmpo_plugins.adapters.hparam_sources import forward_override
-from gmpo_plugins.adapters.rollout_source import refuse_missing
-from gmpo_plugins.adapters.skyrl.options import LOGPROBS_SETTING, SkyRLConfigError, hparams_from_config
+from gmpo_plugins.adapters.skyrl.options import SkyRLConfigError, hparams_from_config, refuse_no_rollout
 from gmpo_plugins.adapters.skyrl.prescaling import check_prescaling
 from gmpo_plugins.adapters.skyrl.registration import SkyRLName, is_ours, register_losses
 from gmpo_plugins.adapters.upstream import UpstreamDriftError
@@ -70,7 +70,7 @@ def check_config(cfg: Any) -> None:
         spec = get_loss(loss.loss)
         hparams = hparams_from_config(spec, cfg.trainer.algorithm, name)
         if cfg.generator.sampling_params.logprobs is None:  # the engine returns no rollout log-probs
-            refuse_missing(spec, hparams, framework="SkyRL", setting=LOGPROBS_SETTING, error=SkyRLConfigError)
+            refuse_no_rollout(spec, hparams, cfg.trainer.algorithm, name)
         check_prescaling()
 
 

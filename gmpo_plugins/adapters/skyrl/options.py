@@ -17,8 +17,13 @@ for each loss that declares the hyper-parameter in its spec (``spec.defaults``):
                    ratio cap (cispo; ``hparam_sources.ratio_cap``), the same offsets from 1;
                    the release's default low (0.3: 0.0, a clamp at 1; 0.4: 1.0, a clamp at
                    0) and any low >= 1 read as the registry's no lower clip
-    (refused)   <- trainer.algorithm.cispo.cispo_anchor (0.4) other than "old": the registry
-                   takes the ratio against the old log-probs, never the rollout policy's
+    rollout_bypass <- trainer.algorithm.cispo.cispo_anchor (0.4) "rollout", for a one-sided
+                   ratio cap (cispo): the ratio is taken against ``rollout_logprobs`` instead
+                   of the old log-probs (the core's ``rollout_bypass``: old_log_probs :=
+                   rollout_log_probs), as SkyRL's own cispo; SkyRL's TIS or the core's
+                   ``rollout_is`` beside it (the off-policy correction twice), no rollout
+                   log-probs, and "rollout" with any other loss (SkyRL reads the field in its
+                   cispo only) are refused naming the field
     tau_pos, tau_neg           <- sapo.tau_pos, sapo.tau_neg
     delta_low, delta_high      <- dppo.delta_low, dppo.delta_high  (dppo_tv and dppo_kl)
     clip_cov_ratio, clip_cov_lb, clip_cov_ub <- clip_cov.clip_ratio, .clip_cov_lb, .clip_cov_ub
@@ -26,8 +31,9 @@ for each loss that declares the hyper-parameter in its spec (``spec.defaults``):
 
 Rollout log-probs: SkyRL passes ``rollout_logprobs`` to the loss when the rollout engine
 returns them (``generator.sampling_params.logprobs``, 1 by default); they become
-``LossInputs.rollout_log_probs``, for a loss that reads them (``decoupled_ppo``, ``m2po``) and
-the core's correction options (``adapters.rollout_source``). SkyRL's own
+``LossInputs.rollout_log_probs``, for a loss that reads them (``decoupled_ppo``, ``m2po``),
+the core's correction options (``adapters.rollout_source``) and the ratio's anchor under
+``cispo.cispo_anchor="rollout"``. SkyRL's own
 ``off_policy_correction.tis_ratio_type`` (its IS weights, ``off_policy``) beside the core's
 correction (an option set in the override, or the loss's own) is refused naming both.
 
@@ -76,17 +82,21 @@ import torch
 
 from gmpo_plugins.adapters.hparam_sources import (
     ABSENT,
+    OVERRIDE_ENV,
     Field,
     Resolution,
+    Resolved,
     announce,
     attribute,
+    overrides_from_env,
     ratio_cap,
     resolve,
     two_sided,
 )
 from gmpo_plugins.adapters.inputs import ROLLOUT_SETTINGS, refuse_unsupplied
-from gmpo_plugins.adapters.rollout_source import refuse_double
+from gmpo_plugins.adapters.rollout_source import refuse_double, refuse_missing
 from gmpo_plugins.adapters.skyrl.releases import RELEASES, SkyRLRelease, installed
+from gmpo_plugins.core.correction import split_correction
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
@@ -244,22 +254,92 @@ def _reduction(spec: LossSpec, config: Any, policy_loss_type: str) -> str:
 
 ANCHOR = "cispo.cispo_anchor"
 ANCHOR_OLD = "old"
+ANCHOR_ROLLOUT = "rollout"
+BYPASS = "rollout_bypass"
+TIS = "off_policy_correction.tis_ratio_type"
 
 
-def _cispo_anchor(config: Any, policy_loss_type: str) -> None:
-    """Refuse ``cispo.cispo_anchor`` (SkyRL 0.4) other than "old", the ratio against the old
-    log-probs that the registry's cispo takes; "rollout" anchors it at the rollout policy."""
+def rollout_anchored(spec: LossSpec, config: Any) -> bool:
+    """Whether ``spec``'s ratio is anchored at SkyRL's ``rollout_logprobs``:
+    ``cispo.cispo_anchor="rollout"`` (SkyRL 0.4) with a one-sided ratio cap (cispo)."""
+    return ratio_cap(spec) and attribute(ANCHOR)(config) == ANCHOR_ROLLOUT
+
+
+def _cispo_anchor(spec: LossSpec, config: Any, policy_loss_type: str) -> bool:
+    """``cispo.cispo_anchor`` (SkyRL 0.4, absent in 0.3) checked against ``spec``: True for
+    "rollout" with a one-sided ratio cap (cispo), which SkyRL's own cispo then takes against
+    ``rollout_logprobs``; False when absent or "old". SkyRLConfigError naming the field for
+    another value, for "rollout" with any other loss (SkyRL reads the field in its cispo only,
+    every other loss takes its ratio against the old log-probs) and for "rollout" beside
+    SkyRL's TIS (SkyRL's cispo refuses that too: the anchor is the off-policy correction)."""
     value = attribute(ANCHOR)(config)
     if value is ABSENT or value == ANCHOR_OLD:
-        return
+        return False
     field = _field(ANCHOR)
-    raise SkyRLConfigError(
-        f"gmpo_plugins: {field}={value!r} is not supported by policy_loss_type={policy_loss_type}: the registry's "
-        "losses take the ratio against the old log-probs, and anchoring it at the rollout policy "
-        f"(rollout_logprobs) is not available through them. Set {field}={ANCHOR_OLD!r} (rollout mismatch is "
-        f"then corrected by {_field('off_policy_correction')}.tis_ratio_type), or use SkyRL's own "
-        "policy_loss_type=cispo"
-    )
+    if value != ANCHOR_ROLLOUT:
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {field}={value!r} is not supported by policy_loss_type={policy_loss_type}: "
+            f"expected {ANCHOR_OLD!r} or {ANCHOR_ROLLOUT!r}"
+        )
+    if not ratio_cap(spec):
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {field}={value!r} is not supported by policy_loss_type={policy_loss_type}: SkyRL "
+            f"reads it in its cispo only, and {spec.name} is not a CISPO loss (its ratio is against the old "
+            f"log-probs). Set {field}={ANCHOR_OLD!r}; to take {spec.name}'s ratio against the rollout "
+            f"log-probs, set {OVERRIDE_ENV}='{{\"{BYPASS}\": true}}'"
+        )
+    kind = attribute(TIS)(config)
+    if kind is not ABSENT and kind is not None:
+        tis = _field(TIS)
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {field}={value!r} with {tis}={kind} is not supported by policy_loss_type="
+            f"{policy_loss_type}: the ratio against the rollout log-probs is already the off-policy correction, "
+            f"and TIS would apply it twice (SkyRL's own cispo refuses it too). Set {tis}=null"
+        )
+    return True
+
+
+def _anchor_at_rollout(resolution: Resolution, policy_loss_type: str) -> Resolution:
+    """``resolution`` with ``rollout_bypass=True`` from ``cispo.cispo_anchor="rollout"`` (the
+    core's old_log_probs := rollout_log_probs), named so on the provenance line; SkyRLConfigError
+    naming both when the override sets ``rollout_bypass`` to False or the resolved options
+    weight by the rollout ratio (``rollout_is``) on top of it."""
+    field = _field(ANCHOR)
+    own = f"{field}={ANCHOR_ROLLOUT!r}"
+    try:
+        override = overrides_from_env()
+    except ValueError as exc:
+        raise SkyRLConfigError(str(exc)) from None
+    if override.get(BYPASS, True) is not True:
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {BYPASS} is set both by {OVERRIDE_ENV} ({override[BYPASS]!r}) and by {own} (True, "
+            f"the ratio against the rollout log-probs) for policy_loss_type={policy_loss_type}; set one of them"
+        )
+    correction, _ = split_correction({**resolution.spec.correction, **resolution.params()})
+    if correction.rollout_is is not None:
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {own} and rollout_is={correction.rollout_is!r} are not supported together by "
+            f"policy_loss_type={policy_loss_type}: the ratio against the rollout log-probs is already the "
+            f"off-policy correction, and the IS weight would apply it twice. Remove rollout_is from {OVERRIDE_ENV}"
+        )
+    items = tuple(item for item in resolution.items if item.hparam != BYPASS)
+    bypass = Resolved(BYPASS, True, f"framework field {own}: the ratio against rollout_logprobs")
+    return Resolution(resolution.framework, resolution.selector, resolution.spec, (*items, bypass))
+
+
+def refuse_no_rollout(spec: LossSpec, hparams: dict[str, Any], config: Any, policy_loss_type: str) -> None:
+    """Raise SkyRLConfigError when the call of ``spec`` with ``hparams`` reads the rollout
+    log-probs, which SkyRL did not pass (or will not: ``generator.sampling_params.logprobs``
+    null): naming ``cispo.cispo_anchor`` when that setting is what reads them, else what does
+    (``rollout_source.refuse_missing``)."""
+    if hparams.get(BYPASS) is True and rollout_anchored(spec, config):
+        field = _field(ANCHOR)
+        raise SkyRLConfigError(
+            f"gmpo_plugins: {field}={ANCHOR_ROLLOUT!r} takes the ratio of policy_loss_type={policy_loss_type} "
+            f"against the rollout engine's log-probs (rollout_logprobs), which SkyRL passes to the loss only with "
+            f"{LOGPROBS_SETTING}; set it, or {field}={ANCHOR_OLD!r}"
+        )
+    refuse_missing(spec, hparams, framework="SkyRL", setting=LOGPROBS_SETTING, error=SkyRLConfigError)
 
 
 def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -> Resolution:
@@ -282,8 +362,7 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
             f"{spec.name} is not linear in the advantages (a term or threshold that does not scale with them), "
             "so the counts cannot be recovered; SkyRL ships its own version of it where it has one"
         )
-    if ratio_cap(spec):
-        _cispo_anchor(config, policy_loss_type)
+    anchored = _cispo_anchor(spec, config, policy_loss_type)
     reduction = _reduction(spec, config, policy_loss_type)
     if reduction == SUM_NORM and "norm_length" in spec.defaults:
         max_seq_len(config, policy_loss_type)
@@ -295,6 +374,8 @@ def resolution_from_config(spec: LossSpec, config: Any, policy_loss_type: str) -
         selector=f"policy_loss_type={policy_loss_type}",
         error=SkyRLConfigError,
     )
+    if anchored:
+        resolution = _anchor_at_rollout(resolution, policy_loss_type)
     kind = getattr(getattr(config, "off_policy_correction", None), "tis_ratio_type", None)
     if kind is not None:
         field = f"{_field('off_policy_correction')}.tis_ratio_type"

@@ -13,7 +13,8 @@ built here only translates:
     hyper-parameters from config fields, advantages and BatchInfo from SkyRL's scaling
     (``options``), rollout IS weights from off_policy_correction (``off_policy``),
     ``rollout_logprobs`` as ``LossInputs.rollout_log_probs`` where the call reads them
-    (refused by name when None: ``rollout_source``),
+    (refused by name when None: ``options.refuse_no_rollout``), among them the ratio's
+    anchor under ``cispo.cispo_anchor="rollout"`` (the core's ``rollout_bypass``),
     metrics to SkyRL's names (``metrics``)
 
 and calls the registry loss: the loss math is the registry's. It is a small picklable
@@ -29,15 +30,13 @@ import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
-from gmpo_plugins.adapters.rollout_source import refuse_missing
 from gmpo_plugins.adapters.skyrl.metrics import skyrl_metrics
 from gmpo_plugins.adapters.skyrl.off_policy import rollout_is_weights
 from gmpo_plugins.adapters.skyrl.options import (
-    LOGPROBS_SETTING,
-    SkyRLConfigError,
     core_advantages,
     hparams_from_config,
     max_seq_len,
+    refuse_no_rollout,
 )
 from gmpo_plugins.core.registry import LossNameCollisionError, get_loss
 from gmpo_plugins.core.types import LossInputs
@@ -82,7 +81,7 @@ class SkyRLPolicyLoss:
         core_adv, batch = core_advantages(advantages, loss_mask, reduction, length)
         reads_rollout = "rollout_log_probs" in spec.inputs_for(hparams)  # passed only then
         if rollout_logprobs is None:
-            refuse_missing(spec, hparams, framework="SkyRL", setting=LOGPROBS_SETTING, error=SkyRLConfigError)
+            refuse_no_rollout(spec, hparams, config, self.policy_loss_type)
         weights, metrics = rollout_is_weights(config, old_log_probs, rollout_logprobs, loss_mask, self.policy_loss_type)
         inputs = LossInputs(
             log_probs=log_probs,
