@@ -9,6 +9,7 @@
     nox -s trl        the TRL adapter against trl 1.16.0 (real GRPOTrainer runs on CPU)
     nox -s trl114     the same tests against trl 1.14.2 (the earlier call site the adapter serves)
     nox -s verl       the verl adapter against verl 0.9.1 (its ppo_loss, Hydra config, Ray, on CPU)
+    nox -s verl08     the same tests against verl 0.8.0 (the earlier call site the adapter serves)
     nox -s verl_e2e   verl 0.9.1's default v1 trainer on CPU with our losses (examples/verl_cpu)
     nox -s verl_e2e_losses  the same trainer with gspo and dapo, the legacy trainer, a NaN input
     nox -s verl_e2e_launch  bad settings, the GPU script's overrides, `gmpo-plugins frameworks` on
@@ -204,14 +205,20 @@ def kernels(session: nox.Session) -> None:
     session.run("gmpo-plugins", "doctor", env={"TRITON_INTERPRET": "1"})
 
 
+# DeepSpeed, OpenRLHF's engine, and beside TRL for the ZeRO-3 test of its hidden-state path
+# (tests/trl/test_multi_process.py; on CPU it builds no op for that test)
+DEEPSPEED = "deepspeed==0.19.6"
+
+
 @session
 def trl(session: nox.Session) -> None:
     """TRL adapter: RegistryGRPOTrainer runs, parity with TRL's GMPOTrainer/GRPOTrainer, then
     `gmpo-plugins parity` (trl adapter must match the core; TRL's GMPOTrainer is reported) and
     `gmpo-plugins audit` (TRL's and Liger-Kernel's own losses, cells to docs/audit/trl.json).
-    liger-kernel: TRL's use_liger_kernel switch requires it installed (its layer kernels stay off on CPU)."""
+    liger-kernel: TRL's use_liger_kernel switch requires it installed (its layer kernels stay off on CPU);
+    deepspeed: the ZeRO-3 engine of the two-process test."""
     session.install(TORCH)
-    session.install("-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5")
+    session.install("-e", ".[test]", "trl==1.16.0", "liger-kernel==0.8.5", DEEPSPEED)
     session.run("pytest", "tests/trl", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
@@ -231,7 +238,7 @@ def trl114(session: nox.Session) -> None:
     parity` and `gmpo-plugins audit` of TRL's own losses (cells to docs/audit/trl-1.14.json; Liger-Kernel's are
     audited in the trl session, at the same release); no end-to-end session."""
     session.install(TORCH)
-    session.install("-c", torch_constraint(session), "-e", ".[test]", TRL_EARLIER, "liger-kernel==0.8.5")
+    session.install("-c", torch_constraint(session), "-e", ".[test]", TRL_EARLIER, "liger-kernel==0.8.5", DEEPSPEED)
     session.run("pytest", "tests/trl", *session.posargs)
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
@@ -251,6 +258,42 @@ def verl(session: nox.Session) -> None:
     session.run("gmpo-plugins", "doctor")
     session.run("gmpo-plugins", "parity")
     session.run("gmpo-plugins", "audit", "--json", "docs/audit/verl.json")
+
+
+# verl 0.8.0: the release before 0.9, whose ppo_loss (the call site) and global_batch_info counts are
+# 0.9.1's; served at call-site level (its trainer differs: no v1 trainer, no plugin platform). It
+# requires numpy < 2; datasets >= 4 and pyarrow >= 20 need numpy 2, so they are held below it
+VERL_EARLIER = "verl==0.8.0"
+VERL_EARLIER_REQUIREMENTS = (VERL_EARLIER, "numpy<2", "datasets<4", "pyarrow<20", "fastapi", "uvicorn", "einops")
+# verl 0.8.0 does not load the verl.plugins entry point (0.9 does): the processes its tests start
+# (Ray workers, fresh interpreters) register the losses as its users must, through verl's
+# VERL_USE_EXTERNAL_MODULES
+VERL_EARLIER_MODULES = {"VERL_USE_EXTERNAL_MODULES": "gmpo_plugins.adapters.verl"}
+
+
+@session
+def verl08(session: nox.Session) -> None:
+    """verl adapter against verl 0.8.0 at call-site level: the tests of the verl session (those that
+    need 0.9 are skipped naming the difference), `gmpo-plugins doctor`, `gmpo-plugins parity` and
+    `gmpo-plugins audit` (cells to docs/audit/verl-0.8.json); no end-to-end session.
+
+    verl 0.8's padding helpers (verl.utils.attention_utils, which tests/verl/engine.py reaches through
+    left_right_2_no_padding) import flash_attn.bert_padding when called, with no CPU fallback (0.9 has
+    one): flash-attn's Python sources are installed as in the openrlhf session, and
+    examples/openrlhf_cpu/shims (on PYTHONPATH here only) stands in for its CUDA extension, which
+    flash_attn/__init__ imports and nothing here calls.
+    """
+    session.install(TORCH)
+    constraints = torch_constraint(session)
+    session.install("-c", constraints, *VERL_EARLIER_REQUIREMENTS)
+    _install_flash_attn_sources(session)
+    session.install("-c", constraints, "-e", ".[test]")
+    session.install("-c", constraints, "./tests/plugins/example_plugin")
+    env = {"PYTHONPATH": OPENRLHF_SHIMS, **VERL_EARLIER_MODULES}
+    session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs, env=env)
+    session.run("gmpo-plugins", "doctor", env=env)
+    session.run("gmpo-plugins", "parity", env=env)
+    session.run("gmpo-plugins", "audit", "--json", "docs/audit/verl-0.8.json", env=env)
 
 
 VERL_E2E = "tests/verl_e2e"
@@ -304,7 +347,7 @@ OPENRLHF_REQUIREMENTS = (
     "aiohttp",
     "bitsandbytes",
     "datasets",
-    "deepspeed==0.19.6",
+    DEEPSPEED,
     "einops",
     "grpcio>=1.74.0",
     "huggingface-hub>=1.0.0",
@@ -349,13 +392,21 @@ def _install_openrlhf(session: nox.Session) -> None:
     session.install("--no-deps", OPENRLHF)
     constraints = torch_constraint(session)
     session.install("-c", constraints, *OPENRLHF_REQUIREMENTS)
+    _install_flash_attn_sources(session)
+    session.install("-c", constraints, "-e", ".[test]")
+
+
+def _install_flash_attn_sources(session: nox.Session) -> None:
+    """flash-attn 2.8.3's Python sources only (no CUDA build; its compiled extension is
+    examples/openrlhf_cpu/shims/flash_attn_2_cuda.py on PYTHONPATH). Built without build isolation:
+    its setup.py imports torch, packaging and wheel from the virtualenv."""
+    session.install("packaging", "wheel")
     session.install(
         "--no-build-isolation",
         "--no-deps",
         "flash-attn==2.8.3",
         env={"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTENTION_SKIP_CUDA_BUILD": "TRUE"},
     )
-    session.install("-c", constraints, "-e", ".[test]")
 
 
 DEEPSPEED_CPU_OPS = (
@@ -577,8 +628,9 @@ def frameworks_e2e(session: nox.Session) -> None:
 @session
 def frameworks_e2e_four(session: nox.Session) -> None:
     """`gmpo-plugins frameworks` through the four trainers (verl, OpenRLHF, TRL, SkyRL) under AdamW
-    eps 1e-8: the first RL step identical for gmpo, and for grpo with its dual clip acting. Nothing is
-    installed here; the four virtualenvs are removed once it passes (KEPT)."""
+    eps 1e-8: the first RL step identical for gmpo, for grpo with its dual clip acting, and for dapo
+    with its asymmetric clip and token mean acting. Nothing is installed here; the four virtualenvs
+    are removed once it passes (KEPT)."""
     run_frameworks_e2e(session, FRAMEWORKS_E2E, "--ignore", os.path.join(FRAMEWORKS_E2E, "test_first_update.py"))
 
 

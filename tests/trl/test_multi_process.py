@@ -12,6 +12,16 @@ inside the prepared model's forward, so the data-parallel wrapper does its work.
             the trainer's model on a CPU mesh, and the trainer's ``_compute_loss`` runs on each
             rank's half of a micro-batch: the averaged (reduce-scattered) gradient equals one
             process's unfused gradient of the whole micro-batch.
+    ZeRO-3  accelerate selects DeepSpeed only for GPU-like devices too, so DeepSpeed's own engine
+            (``deepspeed.initialize``, ZeRO stage 3 on its CPU accelerator, gloo) wraps the trainer's
+            model, with the DeepSpeed config registered as transformers' ``HfDeepSpeedConfig`` (as
+            ``TrainingArguments`` registers it, so TRL sees ZeRO-3), and the trainer's ``_compute_loss``
+            runs through the engine on each rank's half of a micro-batch, fused and unfused; one SGD
+            step at lr 1
+            (``engine.backward``, ``engine.step``): the update is minus the averaged gradient, equal
+            to one process's unfused gradient of the whole micro-batch. Outside the head's own
+            forward ZeRO-3 leaves the lm_head weight an empty partition, so this passes only if the
+            hidden-state path gathers it (forward and backward).
 
 Both run in one spawn of two workers (the start-up of two processes importing TRL is most of
 the cost); each scenario records its outcome or its traceback, and the tests below read them.
@@ -107,6 +117,44 @@ def _fsdp_grads(model_dir: str, out_dir: str, loss: str, rank: int) -> dict:
     return {name: p.grad.full_tensor() for name, p in model.named_parameters()}
 
 
+ZERO3 = {
+    "train_micro_batch_size_per_gpu": ROWS // WORLD,
+    "gradient_accumulation_steps": 1,
+    "gradient_clipping": 0.0,
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},  # partition every tensor
+    "zero_allow_untested_optimizer": True,
+}
+
+
+def _zero3_update(model_dir: str, out_dir: str, loss: str, rank: int, liger: bool) -> dict:
+    """One SGD step (lr 1) of this rank's half of a micro-batch through a ZeRO-3 engine; the
+    update of every parameter (after - before, gathered)."""
+    import deepspeed
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    trainer = _trainer(model_dir, out_dir, loss, liger)
+    inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)  # the same on both ranks
+    half = slice(rank * ROWS // WORLD, (rank + 1) * ROWS // WORLD)
+    shard = {key: (value[half] if key != "num_items_in_batch" else value) for key, value in inputs.items()}
+    model = trainer.model
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    registered = HfDeepSpeedConfig(ZERO3)  # transformers' is_deepspeed_zero3_enabled() while it lives
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=dict(ZERO3))
+    engine.train()
+    trainer.current_gradient_accumulation_steps = 1
+    head = model.get_output_embeddings().weight
+    assert head.numel() == 0  # partitioned: only a forward of the head (or a gather) materialises it
+    engine.backward(trainer._compute_loss(engine, shard))
+    engine.step()
+    update = {}
+    for name, p in engine.module.named_parameters():
+        with deepspeed.zero.GatheredParameters([p]):
+            update[name] = p.detach() - before[name]
+    del registered
+    return update
+
+
 def _worker(rank: int, model_dir: str, out_dir: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -132,13 +180,16 @@ def _worker(rank: int, model_dir: str, out_dir: str) -> None:
     results: dict = {}
     scenarios = [("ddp", loss, liger) for loss in (*LOSSES, "real") for liger in (True, False)]
     scenarios += [("fsdp", loss, True) for loss in LOSSES]
+    scenarios += [("zero3", loss, liger) for loss in LOSSES for liger in (True, False)]
     for kind, loss, liger in scenarios:
         run_dir = os.path.join(out_dir, f"{kind}-{loss}-{liger}-rank{rank}")
         try:
             if kind == "ddp":
                 results[kind, loss, liger] = _ddp_step(model_dir, run_dir, loss, liger)
-            else:
+            elif kind == "fsdp":
                 results[kind, loss, liger] = _fsdp_grads(model_dir, run_dir, loss, rank)
+            else:
+                results[kind, loss, liger] = _zero3_update(model_dir, run_dir, loss, rank, liger)
         except Exception:  # noqa: BLE001 - recorded; the tests report it, and the next scenario still runs
             results[kind, loss, liger] = traceback.format_exc()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -212,6 +263,29 @@ def test_fsdp2_gradient_equals_one_process_on_the_whole_batch(loss, ranks, model
     print(f"{loss}: FSDP2 fused gradient vs one process unfused: {difference:.2e}")
     assert difference <= 1e-6
     assert all(torch.equal(grads[0][name], grads[1][name]) for name in reference)
+    assert min(value.abs().max().item() for value in reference.values()) > 0  # every parameter gets a gradient
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_zero3_step_equals_one_process_on_the_whole_batch(loss, ranks, model_dir, tmp_path):
+    """Under ZeRO-3 the engine averages the ranks' gradients (reduce-scatter) and SGD at lr 1 moves
+    each parameter by minus that average: one process's unfused gradient of the whole micro-batch.
+    float32, fused against unfused: within 1e-6, as under FSDP2, and so is the unfused path under the
+    same engine; the ranks hold equal parameters."""
+    updates = _outcome(ranks, "zero3", loss, True)
+    unfused = _outcome(ranks, "zero3", loss, False)  # TRL's own log-probs under the same engine
+    single = _trainer(model_dir, str(tmp_path), loss, False)
+    inputs = micro_batch(single, seed=11, batch=ROWS, spread=0.35)
+    single.model.train()
+    single.current_gradient_accumulation_steps = 1
+    single._compute_loss(single.model, inputs).backward()
+    reference = {name: p.grad for name, p in single.model.named_parameters()}
+    assert reference.keys() == updates[0].keys()
+    difference = max((updates[0][name] + value).abs().max().item() for name, value in reference.items())
+    control = max((unfused[0][name] + value).abs().max().item() for name, value in reference.items())
+    print(f"{loss}: ZeRO-3 update + one process's unfused gradient: fused {difference:.2e}, unfused {control:.2e}")
+    assert difference <= 1e-6 and control <= 1e-6
+    assert all(torch.equal(updates[0][name], updates[1][name]) for name in reference)
     assert min(value.abs().max().item() for value in reference.values()) > 0  # every parameter gets a gradient
 
 

@@ -125,27 +125,3 @@ def test_supported_options_are_translated(tmp_path):
         **TERMS_OFF,
     }
     assert loss_hparams_from_args(grpo_config(tmp_path), get_loss("gmpo_noclip")) == {"kl_beta": 0.0, **TERMS_OFF}
-
-
-@pytest.mark.parametrize("liger", [True, False])
-def test_the_fused_linear_path_under_deepspeed_zero3_is_refused(liger, tmp_path):
-    """ZeRO-3 partitions the lm_head weight outside the head's own forward, and the fused-linear
-    backward reads it again: refused before the model loads. TrainingArguments registers a
-    DeepSpeed config (``deepspeed=...`` or accelerate's DeepSpeed plugin) as transformers'
-    ``HfDeepSpeedConfig``; deepspeed is not installed here, so the test registers accelerate's
-    ``HfDeepSpeedConfig`` (the same class less transformers' deepspeed version check) the same
-    way. Without ``use_liger_kernel`` the step is TRL's own, which gathers the head: not refused
-    (it then fails only on the missing model)."""
-    from accelerate.utils.deepspeed import HfDeepSpeedConfig
-    from transformers.integrations.deepspeed import set_hf_deepspeed_config, unset_hf_deepspeed_config
-
-    config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}})
-    set_hf_deepspeed_config(config)
-    try:
-        refusal = r"^use_liger_kernel=True with DeepSpeed ZeRO-3: .* partitioned"
-        missing = pytest.raises(OSError, match=MISSING_MODEL)
-        expected = pytest.raises(UnsupportedTRLOptionError, match=refusal) if liger else missing
-        with expected:
-            _build(tmp_path, use_liger_kernel=liger)
-    finally:
-        unset_hf_deepspeed_config()

@@ -38,7 +38,11 @@ above; no entropy: ``options`` refuses the terms that read it). That call runs
 inside the prepared model's own forward, through TRL's ``_ForwardRedirection`` (as TRL's
 distillation loss runs its chunked head): DDP arms its gradient all-reduce and FSDP gathers the
 root-owned parameters (embedding, ``lm_head``) exactly as for the unfused path's forward.
-DeepSpeed ZeRO-3 is refused on this path (``_refuse_zero3``).
+Under DeepSpeed ZeRO-3 the engine marks every module as in its forward for the duration of its
+own, so reading the partitioned ``lm_head`` weight there gathers it and registers it as an
+external parameter of the running module (DeepSpeed's automated discovery of external
+parameters), which DeepSpeed then gathers again for the backward pass and whose gradient it
+reduce-scatters as for any other parameter.
 The switch is kept next to TRL's own chunked head because that head is not as good on CPU (1.26x
 the time and 14x the extra memory of ``fused_linear_loss`` at V = 152K, H = 1024, 4096 positions:
 ``gmpo-plugins bench --fused-linear``, docs/performance.md).
@@ -59,7 +63,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import _ForwardRedirection
 from trl.trainer.utils import get_config_model_id
@@ -119,7 +122,6 @@ class RegistryGRPOTrainer(GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-{loss}")
         warn_if_untested("trl")
-        _refuse_zero3(args)
         self.loss_spec = get_loss(loss)
         self.loss_hparams = loss_hparams_from_args(args, self.loss_spec, loss_hparams)
         self._optional_inputs = frozenset(self.loss_spec.inputs_for(self.loss_hparams))
@@ -357,16 +359,3 @@ class RegistryGRPOTrainer(GRPOTrainer):
             **self.loss_hparams,
         )
         return out.loss, out
-
-
-def _refuse_zero3(args: GRPOConfig) -> None:
-    """UnsupportedTRLOptionError for ``use_liger_kernel=True`` under DeepSpeed ZeRO-3 (read as
-    TRL reads it, from the DeepSpeed config the arguments registered): ZeRO-3 materialises the
-    lm_head weight only inside the head's own forward, and the fused-linear backward reads
-    that weight again after the forward has released it."""
-    if args.use_liger_kernel and is_deepspeed_zero3_enabled():
-        raise UnsupportedTRLOptionError(
-            "use_liger_kernel=True with DeepSpeed ZeRO-3: the registry's fused-linear path reads the lm_head "
-            "weight again in its backward pass, where ZeRO-3 has partitioned it; set use_liger_kernel=False "
-            "(TRL's fused LM head, which gathers the head under ZeRO-3), or use ZeRO-1/2 or FSDP"
-        )
