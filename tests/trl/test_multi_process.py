@@ -97,15 +97,30 @@ def _ddp_step(model_dir: str, out_dir: str, loss: str, liger: bool) -> dict:
     return {"params": params, "completions": seen, "groups": groups}
 
 
+def _half(trainer, rank: int) -> dict:
+    """This rank's half of the micro-batch every scenario below shares (the same on both ranks)."""
+    inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)
+    half = slice(rank * ROWS // WORLD, (rank + 1) * ROWS // WORLD)
+    return {key: (value[half] if key != "num_items_in_batch" else value) for key, value in inputs.items()}
+
+
+def _whole_batch_gradient(model_dir: str, output_dir: str, loss: str) -> dict:
+    """One process's unfused gradient of that whole micro-batch, by parameter name."""
+    single = _trainer(model_dir, output_dir, loss, False)
+    inputs = micro_batch(single, seed=11, batch=ROWS, spread=0.35)
+    single.model.train()
+    single.current_gradient_accumulation_steps = 1
+    single._compute_loss(single.model, inputs).backward()
+    return {name: p.grad for name, p in single.model.named_parameters()}
+
+
 def _fsdp_grads(model_dir: str, out_dir: str, loss: str, rank: int) -> dict:
     """``_compute_loss`` of this rank's half of a micro-batch under FSDP2; the full gradients."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     trainer = _trainer(model_dir, out_dir, loss, True)
-    inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)  # the same on both ranks
-    half = slice(rank * ROWS // WORLD, (rank + 1) * ROWS // WORLD)
-    shard = {key: (value[half] if key != "num_items_in_batch" else value) for key, value in inputs.items()}
+    shard = _half(trainer, rank)
     model = trainer.model
     mesh = init_device_mesh("cpu", (WORLD,))
     for layer in model.model.layers:
@@ -133,9 +148,7 @@ def _zero3_update(model_dir: str, out_dir: str, loss: str, rank: int, liger: boo
     from transformers.integrations.deepspeed import HfDeepSpeedConfig
 
     trainer = _trainer(model_dir, out_dir, loss, liger)
-    inputs = micro_batch(trainer, seed=11, batch=ROWS, spread=0.35)  # the same on both ranks
-    half = slice(rank * ROWS // WORLD, (rank + 1) * ROWS // WORLD)
-    shard = {key: (value[half] if key != "num_items_in_batch" else value) for key, value in inputs.items()}
+    shard = _half(trainer, rank)
     model = trainer.model
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     registered = HfDeepSpeedConfig(ZERO3)  # transformers' is_deepspeed_zero3_enabled() while it lives
@@ -252,12 +265,7 @@ def test_fsdp2_gradient_equals_one_process_on_the_whole_batch(loss, ranks, model
     the global batch, so the average is one process's gradient of the whole micro-batch. float32,
     fused against unfused (summation order): within 1e-6 (as ``test_data_parallel``)."""
     grads = _outcome(ranks, "fsdp", loss, True)
-    single = _trainer(model_dir, str(tmp_path), loss, False)
-    inputs = micro_batch(single, seed=11, batch=ROWS, spread=0.35)
-    single.model.train()
-    single.current_gradient_accumulation_steps = 1
-    single._compute_loss(single.model, inputs).backward()
-    reference = {name: p.grad for name, p in single.model.named_parameters()}
+    reference = _whole_batch_gradient(model_dir, str(tmp_path), loss)
     assert reference.keys() == grads[0].keys()
     difference = max((grads[0][name] - value).abs().max().item() for name, value in reference.items())
     print(f"{loss}: FSDP2 fused gradient vs one process unfused: {difference:.2e}")
@@ -274,12 +282,7 @@ def test_zero3_step_equals_one_process_on_the_whole_batch(loss, ranks, model_dir
     same engine; the ranks hold equal parameters."""
     updates = _outcome(ranks, "zero3", loss, True)
     unfused = _outcome(ranks, "zero3", loss, False)  # TRL's own log-probs under the same engine
-    single = _trainer(model_dir, str(tmp_path), loss, False)
-    inputs = micro_batch(single, seed=11, batch=ROWS, spread=0.35)
-    single.model.train()
-    single.current_gradient_accumulation_steps = 1
-    single._compute_loss(single.model, inputs).backward()
-    reference = {name: p.grad for name, p in single.model.named_parameters()}
+    reference = _whole_batch_gradient(model_dir, str(tmp_path), loss)
     assert reference.keys() == updates[0].keys()
     difference = max((updates[0][name] + value).abs().max().item() for name, value in reference.items())
     control = max((unfused[0][name] + value).abs().max().item() for name, value in reference.items())
