@@ -27,7 +27,7 @@ from gmpo_plugins.core.terms import TERM_DEFAULTS, required_inputs
 SUPPLIED: dict[str, tuple[str, ...]] = {
     "verl": (),
     "trl": ("rewards", "entropy", "group_ids"),
-    "openrlhf": ("rollout_log_probs",),
+    "openrlhf": ("rollout_log_probs", "rewards"),
     "skyrl": ("rollout_log_probs",),
 }
 """Framework (lower case) -> the optional ``LossInputs`` fields its adapter passes to a loss
@@ -35,7 +35,8 @@ SUPPLIED: dict[str, tuple[str, ...]] = {
 entropy of its forward, and each row's group (the completions of one prompt, as TRL groups them
 for its advantages); on its fused-linear path the entropy is not passed, which that path
 refuses by name itself: ``adapters.trl.options``; OpenRLHF and SkyRL: the rollout engine's
-log-probs, with the setting of ``ROLLOUT_SETTINGS``)."""
+log-probs, with the setting of ``ROLLOUT_SETTINGS``; OpenRLHF also each sample's reward, from the
+experience its training step trains on: ``adapters.openrlhf.episode_rewards``)."""
 
 GROUP_SETTINGS: dict[str, str] = {
     "trl": "steps_per_generation=1, per_device_train_batch_size a multiple of num_generations",

@@ -264,13 +264,15 @@ def test_a_fresh_process_prints_the_line_and_the_warning_on_stderr():
 
 
 def test_a_loss_needing_an_input_the_adapter_does_not_pass_is_refused_first():
-    """topr reads rewards (``LossSpec.requires``); no adapter passes them: each refuses the
-    loss by name with the reason, before any check of its settings
+    """topr reads rewards and real group ids (``LossSpec.requires``); an adapter that does not
+    pass one refuses the loss by name with the reason, before any check of its settings
     (SkyRL's refusal of a loss not linear in the advantages included: prime_rl is not, but
-    requires nothing)."""
+    requires nothing). OpenRLHF passes rewards (from its training step's experience)."""
     message = r"^gmpo_plugins: topr needs per-sequence rewards, which the {} adapter does not pass yet$"
-    with pytest.raises(OpenRLHFConfigError, match=message.format("OpenRLHF")):
-        plan_loss("topr", **OPENRLHF_DEFAULTS)
+    groups = r"^gmpo_plugins: real needs group ids \(the rows that share a prompt\), which the OpenRLHF adapter does"
+    with pytest.raises(OpenRLHFConfigError, match=groups):
+        plan_loss("real", **OPENRLHF_DEFAULTS)
+    assert plan_loss("topr", **OPENRLHF_DEFAULTS).reads_rewards
     with pytest.raises(SkyRLConfigError, match=message.format("SkyRL")):
         resolution_from_config(get_loss("topr"), None, "topr")  # before the config is read
     assert sources(resolution_from_config(get_loss("m2po"), skyrl_config(), "m2po"))  # SkyRL passes them

@@ -44,7 +44,8 @@ def test_a_loss_needing_an_input_no_adapter_passes_is_refused_with_the_reason():
 def test_the_doctor_lists_the_losses_refused_for_a_missing_input():
     from gmpo_plugins.adapters.visibility import refused_inputs
 
-    line = refused_inputs("OpenRLHF")
+    line = refused_inputs("SkyRL")
     assert line.startswith("; refuses ")
-    assert "topr (topr needs per-sequence rewards, which the OpenRLHF adapter does not pass yet)" in line
+    assert "topr (topr needs per-sequence rewards, which the SkyRL adapter does not pass yet)" in line
     assert "grpo" not in line
+    assert "topr" not in refused_inputs("OpenRLHF")  # it passes each sample's reward

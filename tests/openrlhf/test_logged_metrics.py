@@ -4,6 +4,7 @@ OpenRLHF's; a changed return shape or a loss that was not called is refused."""
 
 from __future__ import annotations
 
+import inspect
 from unittest.mock import patch
 
 import pytest
@@ -99,7 +100,7 @@ def test_ppo_training_step_returns_openrlhfs_result_unchanged(tiny_openrlhf):
 def test_another_return_shape_or_an_uncalled_registry_loss_is_refused(tiny_openrlhf):
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
-    original = ActorPPOTrainer.training_step.__wrapped__
+    original = inspect.unwrap(ActorPPOTrainer.training_step)  # OpenRLHF's own, without the adapter's wrappers
     only_metrics = logging_training_step(lambda self, *args: original(self, *args)["metrics"])
     with pytest.raises(UpstreamDriftError, match=r"training_step returned dict \[.*'policy_loss'.*\], not the"):
         trainers_step(tiny_openrlhf, GMPO, lambda t, e, i: only_metrics(t, e, 0.0, 0, i))

@@ -5,7 +5,8 @@ otherwise the moment it is: a ``sys.meta_path`` finder wraps the module's loader
 patches the class right after the module body runs, before ``openrlhf.models`` (and
 then ``ppo_actor``) copy the name. ``openrlhf.trainer.ray.ppo_actor`` is patched the same
 way (``ActorPPOTrainer.training_step`` carries the registry loss's metrics to OpenRLHF's
-logger: ``logged_metrics``). This module imports only the standard library: a
+logger, ``logged_metrics``, and the experience's rewards to the loss, ``episode_rewards``).
+This module imports only the standard library: a
 process that never imports OpenRLHF (or imports only parts that do not need
 ``openrlhf.models.loss``, such as vLLM engine actors) never loads deepspeed, torch or the
 trainer because of it.
@@ -48,9 +49,11 @@ def _patch(module: ModuleType) -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
+    from gmpo_plugins.adapters.openrlhf import episode_rewards
     from gmpo_plugins.adapters.openrlhf.logged_metrics import patch_trainer
 
     patch_trainer(module)
+    episode_rewards.patch_training_step(module)
 
 
 PATCHES = {TARGET: _patch, TRAINER: _patch_trainer}

@@ -143,6 +143,12 @@ class LossPlan:
         per plan (the hyper-parameters are fixed for the run), not per micro-batch."""
         return "rollout_log_probs" in self.spec.inputs_for(self.hparams)
 
+    @functools.cached_property
+    def reads_rewards(self) -> bool:
+        """Whether the call reads ``rewards`` (the loss, or a term set in ``hparams``); only then
+        are the experience's passed to it (``episode_rewards``)."""
+        return "rewards" in self.spec.inputs_for(self.hparams)
+
 
 def policy_loss_choices() -> list[str]:
     """Every accepted ``policy_loss_type``: OpenRLHF's own, bare registry names, prefixed names

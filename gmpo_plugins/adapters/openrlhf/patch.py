@@ -49,6 +49,7 @@ import torch
 
 from gmpo_plugins.adapters._common import value_checks_enabled
 from gmpo_plugins.adapters.load_failure import PluginLoadError, load_failure_message
+from gmpo_plugins.adapters.openrlhf.episode_rewards import current_rewards
 from gmpo_plugins.adapters.openrlhf.is_correction import ISCorrection, rollout_is_weights
 from gmpo_plugins.adapters.openrlhf.logged_metrics import keep
 from gmpo_plugins.adapters.openrlhf.options import (
@@ -153,6 +154,7 @@ def registry_forward(
             advantages=advantages,
             mask=mask,
             rollout_log_probs=rollout_log_probs if plan.reads_rollout_log_probs else None,
+            rewards=current_rewards(log_probs.shape[0], plan.policy_loss_type) if plan.reads_rewards else None,
             rollout_is_weights=weights,
         ),
         batch_info(dp_size, batch_num_tokens, global_batch_size),

@@ -106,10 +106,16 @@ class OpenRLHFBackend:
         self.name = "openrlhf own" if own else "openrlhf"
 
     def supports(self, loss_name: str) -> bool:
+        """Whether ``policy_loss`` can call the loss: OpenRLHF's own for ``own``; else a registry loss
+        PolicyLoss accepts that reads no optional input (a ``PolicyLossCall`` carries no rewards,
+        which the adapter takes from the experience of OpenRLHF's training step)."""
+        from gmpo_plugins.adapters.inputs import refusal
         from gmpo_plugins.adapters.openrlhf.options import OpenRLHFConfigError
 
         if self._own:
             return OWN.supports(loss_name)
+        if refusal(get_loss(loss_name), "openrlhf", caller="the OpenRLHF compare backend") is not None:
+            return False
         try:
             self._module(loss_name, get_loss(loss_name).resolve({}))
         except (OpenRLHFConfigError, BackendError):
