@@ -107,3 +107,53 @@ def test_another_return_shape_or_an_uncalled_registry_loss_is_refused(tiny_openr
     no_loss = logging_training_step(lambda self, *args: {"metrics": {}, "weights": {}})
     with pytest.raises(UpstreamDriftError, match="did not call its actor_loss_fn"):
         trainers_step(tiny_openrlhf, GMPO, lambda t, e, i: no_loss(t, e, 0.0, 0, i))
+
+
+class OneRank:
+    """OpenRLHF's strategy on one rank: ``all_reduce`` gives the values back (any op)."""
+
+    def all_reduce(self, data, op="mean"):
+        assert op in ("max", "sum")
+        return dict(data)
+
+
+def test_the_step_extrema_are_exact_and_only_of_the_keys_the_loss_reported():
+    from gmpo_plugins.adapters.openrlhf.logged_metrics import exact_over_ranks
+
+    step = [
+        {
+            "log_ratio_min": torch.tensor(-0.5),
+            "log_ratio_max": torch.tensor(0.25),
+            "nonfinite_tokens": torch.tensor(1.0),
+        },
+        {
+            "log_ratio_min": torch.tensor(-0.125),
+            "log_ratio_max": torch.tensor(0.75),
+            "nonfinite_tokens": torch.tensor(2.0),
+        },
+    ]
+    # seq_weight_* were not reported: left out, not logged as the neutral +-inf
+    assert exact_over_ranks(step, OneRank()) == {"log_ratio_min": -0.5, "log_ratio_max": 0.75, "nonfinite_tokens": 3.0}
+    assert exact_over_ranks([], OneRank()) == {}
+
+
+def test_a_micro_batch_without_a_valid_token_does_not_enter_the_step_extrema():
+    """Its extrema are the core's 0 for no token; OpenRLHF's weighting gives it weight 0, and so
+    does the exact reduction: only the micro-batches with a valid token are kept."""
+    from gmpo_plugins.adapters.openrlhf import logged_metrics
+
+    def step_of(tokens):
+        def original(self, *args):
+            logged_metrics.keep({"log_ratio_min": torch.tensor(0.0 if tokens == 0 else 0.5)})
+            return {"metrics": {}, "weights": {}, "num_action_tokens": tokens}
+
+        return logged_metrics.logging_training_step(original)
+
+    kept = []
+    token = logged_metrics._step.set(kept)
+    try:
+        for tokens in (3, 0):
+            step_of(tokens)(None)
+    finally:
+        logged_metrics._step.reset(token)
+    assert len(kept) == 1 and logged_metrics.exact_over_ranks(kept, OneRank()) == {"log_ratio_min": 0.5}

@@ -21,7 +21,9 @@ cannot give by their exact values over the RL step:
 
 The values stay 0-dim tensors until ``ppo_train`` reads them (OpenRLHF reads its own with one
 ``.item()`` each per micro-batch; the exact entries are reduced once per RL step: a min, max or
-sum on each rank, then one ``all_reduce`` each across ranks through OpenRLHF's strategy). The
+sum on each rank, then one ``all_reduce`` each across ranks through OpenRLHF's strategy; a
+micro-batch without a valid token, whose extrema are the core's 0, is left out of them, as OpenRLHF's
+weights leave it out of the means). The
 ``gmpo-plugins frameworks`` report reads them from OpenRLHF's TensorBoard log.
 
 Only a ``training_step`` or ``ppo_train`` in which a registry loss ran is changed; with ppo/gspo
@@ -34,9 +36,12 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import math
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
+
+import torch
 
 from gmpo_plugins.adapters.openrlhf.plan_attribute import registry_plan
 from gmpo_plugins.adapters.upstream import UpstreamDriftError, framework_version
@@ -55,6 +60,7 @@ EXACT = {
 _PATCHED = "__gmpo_plugins_logged_metrics__"
 _kept: contextvars.ContextVar[list[Mapping[str, Any]] | None] = contextvars.ContextVar("gmpo_openrlhf_kept")
 _step: contextvars.ContextVar[list[Mapping[str, Any]] | None] = contextvars.ContextVar("gmpo_openrlhf_step")
+"""The metrics of the RL step's micro-batches that hold a valid token (``logging_ppo_train``)."""
 
 
 def weight(key: str) -> str:
@@ -109,7 +115,7 @@ def logging_training_step(original: Callable[..., Any]) -> Callable[..., Any]:
             _kept.reset(token)
         if kept:
             step = _step.get(None)
-            if step is not None:
+            if step is not None and _has_tokens(status):
                 step.append(kept[-1])
             return with_loss_metrics(status, kept[-1])
         if registry_plan(getattr(self, "actor_loss_fn", None)) is not None:
@@ -123,30 +129,45 @@ def logging_training_step(original: Callable[..., Any]) -> Callable[..., Any]:
     return training_step
 
 
+def _has_tokens(status: Any) -> bool:
+    """Whether the micro-batch of ``training_step``'s ``status`` held a valid token (the core's
+    extrema of one without are 0, which must not enter the step's extrema)."""
+    tokens = status.get("num_action_tokens", 1) if isinstance(status, dict) else 1
+    return float(tokens) > 0
+
+
+NEUTRAL = {"min": math.inf, "max": -math.inf, "sum": 0.0}
+"""What a rank without a valid token in the RL step offers each reduction."""
+
+
 def exact_over_ranks(step: list[Mapping[str, Any]], strategy: Any) -> dict[str, float]:
     """The ``EXACT`` entries of an RL step: each key's min, max or sum over this rank's micro-batch
     metrics ``step``, then over the ranks through ``strategy.all_reduce`` (OpenRLHF's, which knows
-    "max" and "sum": a minimum is minus the maximum of the negated values)."""
-    import torch
-
-    local: dict[str, dict[str, float]] = {"min": {}, "max": {}, "sum": {}}
+    "max" and "sum": a minimum is minus the maximum of the negated values). Every rank reduces every
+    key (the same collectives on each), offering ``NEUTRAL`` where its micro-batches have none; a
+    key no rank had is left out."""
+    local: dict[str, dict[str, float]] = {how: {} for how in NEUTRAL}
     for key, how in EXACT.items():
-        values = [metrics[key] for metrics in step if key in metrics]
-        if values:
-            stacked = torch.stack([torch.as_tensor(v).detach().float().cpu() for v in values])
-            local[how][key] = float(
-                stacked.sum() if how == "sum" else stacked.amax() if how == "max" else stacked.amin()
-            )
-    exact: dict[str, float] = {}
-    if local["max"]:
-        exact.update(strategy.all_reduce(local["max"], op="max"))
-    if local["min"]:
-        exact.update(
-            {k: -v for k, v in strategy.all_reduce({k: -v for k, v in local["min"].items()}, op="max").items()}
+        local[how][key] = _reduce(
+            [torch.as_tensor(metrics[key]).detach().float().cpu() for metrics in step if key in metrics], how
         )
-    if local["sum"]:
-        exact.update(strategy.all_reduce(local["sum"], op="sum"))
-    return exact
+    found = strategy.all_reduce({key: float(any(key in metrics for metrics in step)) for key in EXACT}, op="max")
+    exact = {
+        **strategy.all_reduce(local["max"], op="max"),
+        **{k: -v for k, v in strategy.all_reduce({k: -v for k, v in local["min"].items()}, op="max").items()},
+        **strategy.all_reduce(local["sum"], op="sum"),
+    }
+    return {key: value for key, value in exact.items() if found[key] > 0}
+
+
+def _reduce(values: list[torch.Tensor], how: str) -> float:
+    """The min, max or sum (``how``) of 0-dim ``values``; ``NEUTRAL[how]`` for none."""
+    if not values:
+        return NEUTRAL[how]
+    stacked = torch.stack(values)
+    if how == "sum":
+        return float(stacked.sum())
+    return float(stacked.amax() if how == "max" else stacked.amin())
 
 
 def logging_ppo_train(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -160,7 +181,7 @@ def logging_ppo_train(original: Callable[..., Any]) -> Callable[..., Any]:
             step = _step.get()
         finally:
             _step.reset(token)
-        if step:
+        if step is not None and registry_plan(getattr(self, "actor_loss_fn", None)) is not None:
             status.update({PREFIX + key: value for key, value in exact_over_ranks(step, self.strategy).items()})
         return status
 
