@@ -262,9 +262,12 @@ def verl(session: nox.Session) -> None:
 
 # verl 0.8.0: the release before 0.9, whose ppo_loss (the call site) and global_batch_info counts are
 # 0.9.1's; served at call-site level (its trainer differs: no v1 trainer, no plugin platform). It
-# requires numpy < 2; datasets >= 4 and pyarrow >= 20 need numpy 2, so they are held below it
+# requires numpy < 2; datasets and pyarrow are held at the releases the session runs with beside it.
+# cachetools: importing verl 0.8's main_ppo needs it (tests/verl/test_driver_check.py); einops:
+# flash-attn's bert_padding imports it (below)
 VERL_EARLIER = "verl==0.8.0"
-VERL_EARLIER_REQUIREMENTS = (VERL_EARLIER, "numpy<2", "datasets<4", "pyarrow<20", "fastapi", "uvicorn", "einops")
+VERL_EARLIER_HOLDS = ("numpy<2", "datasets<4", "pyarrow<20")
+VERL_EARLIER_REQUIREMENTS = (VERL_EARLIER, *VERL_EARLIER_HOLDS, "fastapi", "uvicorn", "cachetools", "einops")
 # verl 0.8.0 does not load the verl.plugins entry point (0.9 does): the processes its tests start
 # (Ray workers, fresh interpreters) register the losses as its users must, through verl's
 # VERL_USE_EXTERNAL_MODULES
@@ -287,8 +290,7 @@ def verl08(session: nox.Session) -> None:
     constraints = torch_constraint(session)
     session.install("-c", constraints, *VERL_EARLIER_REQUIREMENTS)
     _install_flash_attn_sources(session)
-    session.install("-c", constraints, "-e", ".[test]")
-    session.install("-c", constraints, "./tests/plugins/example_plugin")
+    session.install("-c", constraints, "-e", ".[test]", "./tests/plugins/example_plugin", *VERL_EARLIER_HOLDS)
     env = {"PYTHONPATH": OPENRLHF_SHIMS, **VERL_EARLIER_MODULES}
     session.run("pytest", "tests/verl", *WARNINGS_REPORTED, *session.posargs, env=env)
     session.run("gmpo-plugins", "doctor", env=env)

@@ -44,7 +44,7 @@ class TestedRange:
 
 
 TESTED = {
-    "verl": TestedRange("verl", "0.9.1", "0.10"),
+    "verl": TestedRange("verl", "0.8.0", "0.10"),
     "openrlhf": TestedRange("openrlhf", "0.11.2", "0.12"),
     "trl": TestedRange("trl", "1.14.2", "1.17"),
     "skyrl": TestedRange("skyrl", "0.3.0", "0.5"),
@@ -77,6 +77,7 @@ class Release:
 
 TESTED_RELEASES = (
     Release("verl", "verl", "0.9.1", True, ">=3.10,<3.13", ">=5.5.3,<5.11,!=5.6.0"),
+    Release("verl", "verl", "0.8.0", False, ">=3.10", ""),
     Release("OpenRLHF", "openrlhf", "0.11.2", True, ">=3.10", "==5.15.0"),
     Release("TRL", "trl", "1.16.0", True, ">=3.11", ">=4.56.2"),
     Release("TRL", "trl", "1.14.2", False, ">=3.10", ">=4.56.2"),

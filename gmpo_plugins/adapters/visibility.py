@@ -4,8 +4,9 @@
 reported as such and is no failure. Each check goes through the path a training run takes:
 
     verl      ``import verl`` (which imports the ``verl.plugins`` entry points, this
-              package's adapter among them), then verl's ``get_policy_loss_fn`` for
-              ``gmpo_plugins.<name>`` of every registry loss must return our function
+              package's adapter among them; verl 0.8 imports only ``VERL_USE_EXTERNAL_MODULES``),
+              then verl's ``get_policy_loss_fn`` for ``gmpo_plugins.<name>`` of every registry
+              loss must return our function
     OpenRLHF  ``install()`` (what ``gmpo-openrlhf`` and ``runtime_env`` workers run), then
               ``openrlhf.models.loss.PolicyLoss`` must carry the patch and, for every registry
               loss, build with ``policy_loss_type=gmpo_plugins.<name>`` running it (or refuse
@@ -25,6 +26,7 @@ installed version is inside it; outside is reported, not a failure (the adapter 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,9 +78,36 @@ def _verl() -> str:
             fn = None
         if fn is None or not is_ours(fn):
             missing.append(PREFIX + name)
+    loaded_by, hint = _verl_loading()
     if missing:
-        raise LookupError(f"after `import verl`, get_policy_loss_fn does not give our loss for {missing}")
-    return f"get_policy_loss_fn resolves {len(_names())} losses after `import verl` (verl.plugins entry point)"
+        raise LookupError(f"after `import verl`, get_policy_loss_fn does not give our loss for {missing}{hint}")
+    return f"get_policy_loss_fn resolves {len(_names())} losses after `import verl` ({loaded_by})"
+
+
+VERL_ADAPTER = "gmpo_plugins.adapters.verl"
+
+
+def _verl_loading() -> tuple[str, str]:
+    """(what loads the verl adapter at ``import verl``, the hint for a failed check): the
+    ``verl.plugins`` entry point from verl 0.9; before it (``verl_releases``), only verl's
+    ``VERL_USE_EXTERNAL_MODULES`` (or ``actor_rollout_ref.model.external_lib`` in the workers)."""
+    from gmpo_plugins.adapters.verl_releases import installed
+
+    release = installed()
+    if release.entry_points:
+        return "verl.plugins entry point", ""
+    modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
+    loaded_by = (
+        f"VERL_USE_EXTERNAL_MODULES={modules}"
+        if VERL_ADAPTER in modules.split(",")
+        else "the adapter imported in this process"
+    )
+    note = f"verl {release.minor} does not import the verl.plugins entry points"
+    hint = (
+        f"; {note}: set VERL_USE_EXTERNAL_MODULES={VERL_ADAPTER} "
+        f"(or actor_rollout_ref.model.external_lib={VERL_ADAPTER})"
+    )
+    return f"{loaded_by}; {note}", hint
 
 
 def _openrlhf() -> str:

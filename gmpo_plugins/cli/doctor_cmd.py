@@ -70,7 +70,7 @@ def _mark(ok: bool | None) -> str:
 
 
 def _version(check: dict[str, Any]) -> str:
-    """``0.9.1 (tested verl>=0.9.1,<0.10: in range)``, or ``-`` when not installed."""
+    """``0.9.1 (tested verl>=0.8.0,<0.10: in range)``, or ``-`` when not installed."""
     if check["version"] is None:
         return "-"
     if check["in_tested_range"] is None:

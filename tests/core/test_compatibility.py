@@ -65,14 +65,16 @@ def test_an_unreadable_clause_names_itself():
 
 
 def test_the_extras_that_share_an_environment():
-    """verl and OpenRLHF never (transformers); skyrl 0.4 and OpenRLHF on Python >= 3.12; skyrl 0.4
-    and verl on Python 3.12 only (verl declares < 3.13), which still intersects."""
+    """verl 0.9 and OpenRLHF never (transformers); verl 0.8, which declares no transformers bound, by
+    these two requirements; skyrl 0.4 and OpenRLHF on Python >= 3.12; skyrl 0.4 and verl on Python 3.12
+    only (verl declares < 3.13), which still intersects."""
     assert not shares_environment(BY_LABEL["verl 0.9.1"], BY_LABEL["openrlhf 0.11.2"])
+    assert shares_environment(BY_LABEL["verl 0.8.0"], BY_LABEL["openrlhf 0.11.2"])
     assert not shares_environment(BY_LABEL["skyrl 0.3.0"], BY_LABEL["openrlhf 0.11.2"])
     assert shares_environment(BY_LABEL["skyrl 0.4.0"], BY_LABEL["openrlhf 0.11.2"])
     assert shares_environment(BY_LABEL["skyrl 0.4.0"], BY_LABEL["verl 0.9.1"])
     cells = columns(BY_LABEL["openrlhf 0.11.2"])
-    assert cells["Python and transformers shared with"] == "TRL 1.16.0, TRL 1.14.2, SkyRL 0.4.0"
+    assert cells["Python and transformers shared with"] == "verl 0.8.0, TRL 1.16.0, TRL 1.14.2, SkyRL 0.4.0"
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,9 @@ def test_the_extras_that_share_an_environment():
         ("skyrl", "0.4.2", "0.4.0"),
         ("skyrl", "0.5.0", None),
         ("verl", "0.9.3", "0.9.1"),
-        ("verl", "0.9.0", None),
+        ("verl", "0.9.0", "0.8.0"),
+        ("verl", "0.8.0", "0.8.0"),
+        ("verl", "0.7.1", None),
         ("trl", "1.16.1", "1.16.0"),
         ("trl", "1.15.2", "1.14.2"),
         ("trl", "1.14.1", None),

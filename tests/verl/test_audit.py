@@ -1,5 +1,6 @@
 """``gmpo-plugins audit`` in the verl environment: the live verdicts of verl's own losses and
-rollout corrections against docs/audit/verl.json, and the smallest reproducer of verl's geo_mean micro-batch mean
+rollout corrections against the committed cells of the installed release (docs/audit/verl.json,
+verl-0.8.json), and the smallest reproducer of verl's geo_mean micro-batch mean
 (verl-project/verl#7913)."""
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import torch
 from gmpo_plugins.compare.audit.callers.verl import actor_config
 
 from ..audit_cells import assert_cells_unchanged, assert_corrections_identical
+from .releases import RELEASE
+
+SESSIONS = {"0.8": ("verl08", "verl-0.8"), "0.9": ("verl", "verl")}
+"""verl release -> (the nox session that tests it, its cells docs/audit/<cells>.json)."""
 
 
 def test_verdicts_match_committed_cells():
-    assert_cells_unchanged("verl")
+    assert_cells_unchanged(*SESSIONS[RELEASE.minor])
 
 
 def test_verls_rollout_corrections_equal_the_registrys():
     """verl's own rollout correction (``compute_rollout_correction_and_rejection_mask``)."""
-    assert_corrections_identical("verl", "verl")
+    assert_corrections_identical("verl", *SESSIONS[RELEASE.minor])
 
 
 def test_upstream_geo_mean_scales_with_micro_batches():

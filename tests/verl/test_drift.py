@@ -13,7 +13,7 @@ import pytest
 import torch
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-from gmpo_plugins.adapters.upstream import UpstreamDriftError
+from gmpo_plugins.adapters.upstream import UpstreamDriftError, installed_version
 
 from . import engine
 
@@ -51,7 +51,7 @@ def test_a_missing_count_is_an_error_naming_the_key(loss_mode, fields, missing):
         _call(loss_mode, info, **fields)
     message = str(error.value)
     assert f"verl's config.global_batch_info has no {missing!r}" in message
-    assert f"loss_mode={loss_mode} needs" in message and "verl 0.9.1" in message
+    assert f"loss_mode={loss_mode} needs" in message and f"verl {installed_version('verl')}" in message
     print(message)
 
 

@@ -2,7 +2,8 @@
 (``verl_driver_check``), which verl's ``main_ppo`` calls on the composed config before Ray starts,
 so a loss the adapter would refuse at the first actor update is refused there, on the default
 launch (verl's composed config, ppo_trainer.yaml; the plain ``main_ppo`` launch is in
-tests/verl_e2e/test_launch.py)."""
+tests/verl_e2e/test_launch.py). verl 0.8 imports no entry point: the module is imported here, before
+``main_ppo``, as ``VERL_USE_EXTERNAL_MODULES=gmpo_plugins.adapters.verl_plugin`` imports it at ``import verl``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import verl.utils.config as verl_config
 from hydra import compose, initialize_config_dir
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
+from gmpo_plugins.adapters import verl_plugin  # noqa: F401 - verl 0.8 loads no entry point (below)
 from gmpo_plugins.adapters.load_failure import PluginLoadError, stand_in
 from gmpo_plugins.adapters.verl import VerlConfigError
 from gmpo_plugins.adapters.verl_driver_check import CHECKED, check_driver_config

@@ -6,6 +6,7 @@ variable reaches Ray workers (inherited on a cluster the driver starts, and thro
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from gmpo_plugins.adapters.hparam_sources import OVERRIDE_ENV, FrameworkDefaultW
 from gmpo_plugins.adapters.verl import VerlConfigError, options
 
 from . import engine
+from .releases import RELEASE
 
 VERL_GMPO_LINE = (
     "gmpo_plugins: verl loss_mode=gmpo -> gmpo: eps_low=0.2 (framework default "
@@ -100,7 +102,9 @@ def test_verls_runtime_env_override_carries_the_json():
     with initialize_config_dir(config_dir=engine.VERL_CONFIG_DIR, version_base=None):
         config = compose(config_name="ppo_trainer", overrides=[override])
     runtime_env = config.ray_kwargs.get("ray_init", {}).get("runtime_env", {})
-    merged = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(config), runtime_env))
+    # verl 0.9's main_ppo passes the config to get_ppo_ray_runtime_env; 0.8's takes no argument
+    default = get_ppo_ray_runtime_env(*([config] if inspect.signature(get_ppo_ray_runtime_env).parameters else []))
+    merged = OmegaConf.to_container(OmegaConf.merge(default, runtime_env))
     assert json.loads(merged["env_vars"][OVERRIDE_ENV]) == {"eps_low": 0.4, "eps_high": 0.4}
 
 
@@ -178,6 +182,14 @@ def test_doctor_prints_the_line_a_run_logs(capsys, monkeypatch):
 
 
 def test_the_docs_show_the_field_table_and_the_line():
+    """The page shows verl 0.9's table; verl 0.8's is the same less the policy_loss.dro_beta row."""
     page = (Path(__file__).parents[2] / "docs" / "integrations" / "verl.md").read_text()
-    assert field_table("verl") in page
+    if RELEASE.dro_beta:
+        assert field_table("verl") in page
+    else:
+        start = page.index("| setting | feeds | setting's default |")
+        shown = page[start : page.index("\n\n", start)].splitlines()
+        dro_beta = "| `actor_rollout_ref.actor.policy_loss.dro_beta` | `dro_beta` | `None` | not null | yes |"
+        assert dro_beta in shown
+        assert "\n".join(line for line in shown if line != dro_beta) == field_table("verl")
     assert VERL_GMPO_LINE in page

@@ -32,6 +32,7 @@ from gmpo_plugins.adapters.verl.policy_loss import MARKER
 
 from ..broken_plugins import distribution, pythonpath_with, with_collider
 from ..registry_names import builtin_losses
+from .releases import needs_entry_points
 
 PROBE_ENTRY_POINT = "gmpo_probe"
 PROBE = """
@@ -100,6 +101,7 @@ def assert_refuses_the_colliding_name(result: dict) -> None:
     assert COLLISION in result["message"] and "the name is refused (every other loss works)" in result["message"]
 
 
+@needs_entry_points
 @pytest.mark.parametrize("loss_mode", ["gmpo", "gmpo_plugins.gmpo"])
 def test_a_colliding_plugin_refuses_that_name_naming_both_distributions(site, loss_mode):
     result, stderr = run_probe(with_collider(site), loss_mode)
@@ -107,6 +109,7 @@ def test_a_colliding_plugin_refuses_that_name_naming_both_distributions(site, lo
     assert COLLISION in stderr  # the registry's PluginLoadWarning when it loaded
 
 
+@needs_entry_points
 @pytest.mark.parametrize(("loss_mode", "loss"), [("gmpo_plugins.gspo", "gspo"), ("grpo", "grpo"), ("dapo", "dapo")])
 def test_a_colliding_plugin_leaves_every_other_loss_working(site, loss_mode, loss):
     # our loss, failing only on the probe's None inputs with its own error
@@ -114,12 +117,14 @@ def test_a_colliding_plugin_leaves_every_other_loss_working(site, loss_mode, los
     assert result["loss"] == loss and result["type"] not in ("PluginLoadError", "LossNameCollisionError")
 
 
+@needs_entry_points
 def test_a_broken_adapter_makes_our_losses_fail_naming_it(site):
     result, stderr = run_probe(with_broken_adapter(site), "gmpo")
     assert_names_the_failure(result, "gmpo", "ImportError: a broken copy of the adapter")
     assert "a broken copy of the adapter" in stderr
 
 
+@needs_entry_points
 def test_a_healthy_install_runs_our_loss_through_the_same_entry_point(site):
     # the same probe without a fault: the loss verl returns is ours and fails only on the
     # probe's None inputs (with our own error, not the stand-in's)
@@ -140,6 +145,7 @@ def test_stand_ins_cover_every_builtin_and_are_replaced_by_a_later_registration(
     assert getattr(registry["gmpo"], MARKER) == "gmpo"
 
 
+@needs_entry_points
 @pytest.mark.ray
 def test_a_ray_worker_importing_verl_refuses_the_colliding_name_only(site):
     ray = pytest.importorskip("ray")

@@ -16,7 +16,12 @@ from gmpo_plugins import list_losses
 from gmpo_plugins.adapters.verl import PREFIX, VERL_NAMES, is_ours, register_losses
 from gmpo_plugins.adapters.verl.__main__ import table
 
-VERL_BUILTINS = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo", "gpg", "clip_cov", "kl_cov", "dro")
+from .releases import RELEASE
+
+# verl's own losses (verl 0.8 ships no dro)
+VERL_BUILTINS = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo", "gpg", "clip_cov", "kl_cov") + (
+    ("dro",) if RELEASE.dro_beta else ()
+)
 
 # The child imports nothing but verl (plus, where asked, the function verl uses for
 # actor_rollout_ref.model.external_lib), then reports what verl's registry holds.
@@ -50,16 +55,22 @@ def _result(proc: subprocess.Popen) -> dict:
 
 
 def test_fresh_processes_find_gmpo_through_each_loading_path():
-    """(a) plain `import verl` (the verl.plugins entry point); (b) plugins disabled, then
-    the external_lib import; (c) plugins disabled, VERL_USE_EXTERNAL_MODULES. Run in parallel."""
+    """(a) plain `import verl` (the verl.plugins entry point; verl 0.8 loads none, so there verl
+    says "Unsupported loss mode"); (b) plugins disabled, then the external_lib import; (c) plugins
+    disabled, VERL_USE_EXTERNAL_MODULES (0.8 has no VERL_USE_EXTERNAL_PLUGINS: (b) and (c) are its
+    two paths). Run in parallel."""
     adapter = "gmpo_plugins.adapters.verl"
     entry_point = _probe({})
     external_lib = _probe({"VERL_USE_EXTERNAL_PLUGINS": "none"}, adapter)
     env_module = _probe({"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": adapter})
 
-    result = _result(entry_point)
-    assert result["before"] == {"gmpo": "gmpo", "gmpo_plugins.gspo": "gspo"}
-    assert result["gmpo"] == "gmpo" and result["module"] == "gmpo_plugins.adapters.verl.policy_loss"
+    if RELEASE.entry_points:
+        result = _result(entry_point)
+        assert result["before"] == {"gmpo": "gmpo", "gmpo_plugins.gspo": "gspo"}
+        assert result["gmpo"] == "gmpo" and result["module"] == "gmpo_plugins.adapters.verl.policy_loss"
+    else:
+        _, err = entry_point.communicate(timeout=240)
+        assert entry_point.returncode == 1 and "ValueError: Unsupported loss mode: gmpo." in err, err[-3000:]
 
     result = _result(external_lib)
     assert result["before"] == {"gmpo": None, "gmpo_plugins.gspo": None}  # autoloading really was off
@@ -148,3 +159,29 @@ def test_a_loss_needing_an_input_verl_is_not_given_is_refused_by_name():
     )
     with pytest.raises(VerlConfigError, match=needs):
         resolution_from_config(get_loss("decoupled_ppo"), None, "token-mean", "gmpo_plugins.decoupled_ppo")
+
+
+DRIVER_CHECK_PROBE = """
+import json
+import verl
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.utils import config
+print(json.dumps({"checked": getattr(config.validate_config, "__gmpo_plugins_checks_the_policy_loss__", False),
+                  "gmpo": getattr(get_policy_loss_fn("gmpo"), "__gmpo_plugins_loss__", None)}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "checked"), [("gmpo_plugins.adapters.verl_plugin", True), ("gmpo_plugins.adapters.verl", False)]
+)
+def test_external_modules_install_the_driver_check_only_through_the_entry_points_module(module, checked):
+    """With plugin autoloading off (verl 0.9) or absent (verl 0.8), VERL_USE_EXTERNAL_MODULES naming the
+    entry point's module (``verl_plugin``) registers the losses and installs the driver-side check into
+    verl's validate_config, as the entry point does; naming the adapter registers the losses only."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VERL_USE_EXTERNAL")}
+    env.update(VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES=module)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER_CHECK_PROBE], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"checked": checked, "gmpo": "gmpo"}

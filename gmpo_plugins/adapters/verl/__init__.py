@@ -8,7 +8,10 @@ do so loud); verl only imports entry points (it never calls them), so registrati
 side effect of the import. Users who disable plugin autoloading
 (``VERL_USE_EXTERNAL_PLUGINS=none``) load it with
 ``actor_rollout_ref.model.external_lib=gmpo_plugins.adapters.verl`` or
-``VERL_USE_EXTERNAL_MODULES=gmpo_plugins.adapters.verl``; repeated imports are harmless.
+``VERL_USE_EXTERNAL_MODULES=gmpo_plugins.adapters.verl``; repeated imports are harmless. verl
+0.8 imports no entry points: there ``VERL_USE_EXTERNAL_MODULES`` (naming
+``gmpo_plugins.adapters.verl_plugin`` for the driver-side check too) or ``external_lib`` is needed
+(``gmpo_plugins.adapters.verl_releases``).
 
     python -m verl.trainer.main_ppo ... actor_rollout_ref.actor.policy_loss.loss_mode=gmpo \\
         actor_rollout_ref.actor.clip_ratio_low=0.4 actor_rollout_ref.actor.clip_ratio_high=0.4 \\

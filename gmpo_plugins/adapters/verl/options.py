@@ -19,7 +19,8 @@ feeds each loss that declares the hyper-parameter in its spec (``spec.defaults``
     ratio_cap   <- clip_ratio_c      (DPPO's cap of the stop-gradient IS weight, as verl's)
     tau_pos, tau_neg <- tau_pos, tau_neg                      (SAPO's gate temperatures)
     dro_beta, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef
-                <- actor_rollout_ref.actor.policy_loss.<same name>    (null: not set)
+                <- actor_rollout_ref.actor.policy_loss.<same name>    (null: not set; verl 0.8
+                   has no dro_beta: the row is left out there, ``verl_releases``)
 
 cispo takes eps_low/eps_high from the clip_ratio fields as verl's cispo does
 (``[1 - clip_ratio_low, 1 + clip_ratio_high]``): verl cannot express the registry's "no lower
@@ -57,6 +58,7 @@ from gmpo_plugins.adapters.hparam_sources import ABSENT, Field, Resolution, anno
 from gmpo_plugins.adapters.inputs import refuse_unsupplied
 from gmpo_plugins.adapters.reduction_warning import warn_token_mean_for_sequence_loss
 from gmpo_plugins.adapters.upstream import TESTED, UpstreamDriftError, framework_version
+from gmpo_plugins.adapters.verl_releases import installed
 from gmpo_plugins.core.reduce import SEQ_MEAN_TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM, TOKEN_MEAN
 from gmpo_plugins.core.spec import LossSpec
 from gmpo_plugins.core.types import BatchInfo
@@ -84,6 +86,7 @@ def _norm_length(config: Any) -> Any:
     return ABSENT if value is None else value
 
 
+_RELEASE = installed()
 VERL_FIELDS = (  # verl ActorConfig field -> registry hyper-parameter (verl 0.9.1 defaults)
     _actor("clip_ratio_low", 0.2, "eps_low", none_absent=True, when="not null"),
     _actor("clip_ratio", 0.2, "eps_low", when="clip_ratio_low is null"),
@@ -98,7 +101,7 @@ VERL_FIELDS = (  # verl ActorConfig field -> registry hyper-parameter (verl 0.9.
     _actor("clip_ratio_c", 3.0, "ratio_cap"),
     _actor("tau_pos", 1.0, "tau_pos"),
     _actor("tau_neg", 1.05, "tau_neg"),
-    _policy_loss("dro_beta", None),
+    *((_policy_loss("dro_beta", None),) if _RELEASE.dro_beta else ()),  # 0.8 has no such field
     _policy_loss("clip_cov_ratio", 2e-4),
     _policy_loss("clip_cov_lb", 1.0),
     _policy_loss("clip_cov_ub", 5.0),
@@ -202,7 +205,7 @@ def _count(value: Any) -> Any:
 
 
 GLOBAL_BATCH_INFO = "config.global_batch_info"
-"""Filled by verl 0.9's ``ppo_loss`` before every call with dp_size, global_batch_size and
+"""Filled by verl's ``ppo_loss`` (0.8, 0.9) before every call with dp_size, global_batch_size and
 batch_num_tokens (and loss_scale_factor)."""
 
 
@@ -230,9 +233,9 @@ def batch_info_from_config(config: Any, spec: LossSpec, hparams: Mapping[str, An
         if key not in info:
             raise UpstreamDriftError(
                 f"gmpo_plugins: verl's {GLOBAL_BATCH_INFO} has no {key!r} (keys: {sorted(info)}), which "
-                f"loss_mode={loss_mode} needs to normalise by the global mini-batch; verl 0.9's ppo_loss fills it "
-                f"before every call, so this {framework_version('verl')} calls the policy loss from another path. "
-                "Refusing rather than taking a per-micro-batch mean (another objective); run the verl versions "
+                f"loss_mode={loss_mode} needs to normalise by the global mini-batch; verl's ppo_loss (0.8, 0.9) "
+                f"fills it before every call, so this {framework_version('verl')} calls the policy loss from another "
+                "path. Refusing rather than taking a per-micro-batch mean (another objective); run the verl versions "
                 f"the adapter is tested with (verl{TESTED['verl'].specifier})"
             )
     dp_size = info["dp_size"]

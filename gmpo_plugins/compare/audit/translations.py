@@ -394,8 +394,23 @@ TRANSLATIONS: dict[str, dict[str, Translation]] = {
 
 
 def translation(framework: str, loss_name: str) -> Translation | None:
-    """The framework's translation of ``loss_name``, None when it does not ship it."""
-    return TRANSLATIONS[framework].get(loss_name)
+    """The framework's translation of ``loss_name``, None when it does not ship it (for verl,
+    in the installed release: ``_in_installed_verl``)."""
+    entry = TRANSLATIONS[framework].get(loss_name)
+    return _in_installed_verl(loss_name, entry) if framework == "verl" else entry
+
+
+def _in_installed_verl(loss_name: str, entry: Translation | None) -> Translation | None:
+    """``entry`` as the installed verl release has it (``adapters.verl_releases``): verl 0.8 ships
+    no ``dro`` and its actor config refuses ``loss_agg_mode=token-sum``."""
+    from gmpo_plugins.adapters.verl_releases import installed
+
+    release = installed()
+    if loss_name == "dro" and not release.dro_beta:
+        return None
+    if loss_name == "grpo:token-sum" and not release.token_sum:
+        return CannotExpress(f"verl {release.minor}'s actor config refuses loss_agg_mode=token-sum")
+    return entry
 
 
 def check_conventions() -> None:
