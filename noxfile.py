@@ -431,6 +431,9 @@ def openrlhf(session: nox.Session) -> None:
     """
     _install_openrlhf(session)
     env = {"PYTHONPATH": OPENRLHF_SHIMS, "TORCHDYNAMO_DISABLE": "1"}
+    # DeepSpeed's CPU ops, JIT-built here once into the virtualenv that the end-to-end sessions reuse
+    extensions = os.path.join(session.virtualenv.location, "torch_extensions")
+    session.run("python", "-c", DEEPSPEED_CPU_OPS, env={**env, "TORCH_EXTENSIONS_DIR": extensions})
     session.run(
         "pytest", "tests/openrlhf", "--ignore", "tests/openrlhf/e2e", *WARNINGS_REPORTED, *session.posargs, env=env
     )
@@ -572,7 +575,8 @@ OPENRLHF_E2E_INVARIANCE = (
 
 def run_openrlhf_e2e(session: nox.Session, *argv: str) -> None:
     """pytest ``argv`` in the openrlhf session's virtualenv. DeepSpeed's CPU ops (fused_adam, shm
-    comm) are JIT-built once into it first (then reused), so that the runs do not build them."""
+    comm), which the openrlhf session JIT-built into it, are loaded first (built here only if they
+    are missing), so that the runs do not build them."""
     python = kept_python(session, "openrlhf")
     extensions = os.path.join(os.path.dirname(os.path.dirname(python)), "torch_extensions")
     env = activated(python, PYTHONPATH=OPENRLHF_SHIMS, TORCHDYNAMO_DISABLE="1", TORCH_EXTENSIONS_DIR=extensions)
